@@ -1,0 +1,57 @@
+# The course's two commands: `make lab` opens it, `make test` checks all of it.
+# Both create .venv on first use and reinstall when pyproject.toml changes.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8888
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: lab test lint test-lib test-notebooks exercises experiments bench clean help
+
+help:
+	@echo "make lab          open the course in JupyterLab (http://127.0.0.1:$(PORT), token login)"
+	@echo "make test         library tests, lint, then every notebook through nbval"
+	@echo "make lint         ruff check"
+	@echo "make exercises    regenerate exercises/ from solutions/"
+	@echo "make experiments  rerun the length-extrapolation lab and rewrite its CSV"
+	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) \
+		--ServerApp.root_dir="$(CURDIR)" notebooks/00_welcome.ipynb
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test-lib: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q $(NBVAL) -n 2 --dist loadfile notebooks solutions
+
+test: $(STAMP)
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-lib
+	$(MAKE) --no-print-directory test-notebooks
+
+exercises: $(STAMP)
+	$(BIN)/python tools/make_exercises.py
+
+experiments: $(STAMP)
+	$(BIN)/python -m posenc_lesson.experiments
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

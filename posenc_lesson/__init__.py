@@ -1,0 +1,48 @@
+"""posenc_lesson: the reference implementations behind the positional-encoding course.
+
+One concept per module, small to large:
+    attention   scaled dot-product attention, written out
+    sinusoidal  the sinusoidal table, its wavelengths and the offset rotation M_k
+    learned     a learned absolute position table
+    rope        rotary position embedding, both channel layouts
+    alibi       ALiBi slopes and bias
+
+Shapes everywhere: B batch, T tokens, H heads, D model width, Dh head width; channel
+pairs are indexed by a 0-based i.
+"""
+
+from .alibi import alibi_bias, alibi_slopes
+from .attention import causal_mask, scaled_dot_product_attention
+from .learned import LearnedPositionalEmbedding
+from .rope import (
+    apply_rope,
+    convert_rope_weight,
+    rope_frequencies,
+    rope_layout_permutation,
+    rope_rotation_matrix,
+)
+from .sinusoidal import (
+    get_sinusoidal_encoding,
+    sinusoidal_frequencies,
+    sinusoidal_offset_matrix,
+    sinusoidal_wavelengths,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "causal_mask",
+    "convert_rope_weight",
+    "get_sinusoidal_encoding",
+    "rope_frequencies",
+    "rope_layout_permutation",
+    "rope_rotation_matrix",
+    "scaled_dot_product_attention",
+    "sinusoidal_frequencies",
+    "sinusoidal_offset_matrix",
+    "sinusoidal_wavelengths",
+]

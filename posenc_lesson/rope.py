@@ -1,0 +1,203 @@
+r"""Rotary position embedding, RoPE (Su et al., 2021, RoFormer, arXiv:2104.09864).
+
+Pairs of channels are points in a plane; position m turns pair i by the angle m * theta_i,
+
+    theta_i = base ** (-2i / head_dim),        i = 0 .. head_dim/2 - 1
+    x'_a =  x_a cos(m theta_i) - x_b sin(m theta_i)
+    x'_b =  x_a sin(m theta_i) + x_b cos(m theta_i)
+
+which is the complex product (x_a + i x_b) * e^(i m theta_i). Rotations compose, so
+<rope(q, m), rope(k, n)> = <q, R_(n-m) k> depends on the offset m - n only.
+
+Which channels form pair i is a *convention*, and checkpoints disagree:
+    layout="interleaved": (a, b) = (2i, 2i + 1)   RoFormer, Meta's LLaMA code, GPT-J
+    layout="half":        (a, b) = (i, i + Dh/2)  GPT-NeoX, Hugging Face LLaMA ("rotate_half")
+The two are the same rotation up to a fixed permutation of channels
+(``rope_layout_permutation``). Taught in notebooks/05_rope.ipynb.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from . import _checks
+
+LAYOUTS = ("interleaved", "half")
+_WHY_EVEN = "RoPE rotates channels in pairs"
+
+
+def rope_frequencies(head_dim: int, base: float = 10_000.0) -> Tensor:
+    """theta_i = base ** (-2i / head_dim), i = 0 .. head_dim/2 - 1.
+
+    Returns:
+        (head_dim // 2,) float32 tensor, from 1 down towards 1/base.
+    """
+    head_dim = _checks.even_int("head_dim", head_dim, _WHY_EVEN)
+    base = _checks.positive_float("base", base)
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64)  # (Dh/2,)
+    return (base ** (-two_i / head_dim)).float()  # (Dh/2,)
+
+
+def _check_layout(layout: object) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS} ('interleaved' pairs channels "
+                         f"(2i, 2i+1), 'half' pairs (i, i+Dh/2)); got {layout!r}")
+    return layout  # type: ignore[return-value]
+
+
+def _angles(positions: Tensor, head_dim: int, base: float) -> Tensor:
+    """m * theta_i in float64: exact enough at any position a model will see. (T, Dh/2)"""
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
+    theta = base ** (-two_i / head_dim)  # (Dh/2,)
+    return positions.to(torch.float64)[:, None] * theta[None, :]  # (T, Dh/2)
+
+
+@lru_cache(maxsize=32)
+def _cos_sin_default(t: int, head_dim: int, base: float, device: torch.device,
+                     dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin of the angles for positions 0 .. t-1, cached per shape, base, device, dtype."""
+    angle = _angles(torch.arange(t, device=device), head_dim, base)  # (T, Dh/2)
+    return angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
+
+
+def _cos_sin(positions: Tensor | None, t: int, head_dim: int, base: float,
+             device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    if positions is None:
+        return _cos_sin_default(t, head_dim, base, device, dtype)
+    angle = _angles(positions.to(device), head_dim, base)  # (T, Dh/2)
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+def _check_positions(positions: object, t: int) -> Tensor | None:
+    if positions is None:
+        return None
+    if not isinstance(positions, Tensor):
+        positions = torch.as_tensor(positions)
+    if positions.dim() != 1 or positions.shape[0] != t:
+        raise ValueError(f"positions must have shape (T,) = ({t},), one position per token of x; "
+                         f"got shape {tuple(positions.shape)}")
+    if torch.is_floating_point(positions) or positions.is_complex() or positions.dtype == torch.bool:
+        raise ValueError(f"positions must hold integers (e.g. torch.arange(start, start + T)); "
+                         f"got dtype {positions.dtype}")
+    return positions
+
+
+def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_000.0,
+               layout: str = "interleaved") -> Tensor:
+    r"""Rotate queries or keys by their positions.
+
+        x'_a = x_a cos(m theta_i) - x_b sin(m theta_i)
+        x'_b = x_a sin(m theta_i) + x_b cos(m theta_i),   theta_i = base ** (-2i / Dh)
+
+    with (a, b) = (2i, 2i + 1) for layout="interleaved" and (i, i + Dh/2) for "half".
+    The angles are formed in float64 and applied in float32 (float64 for float64 input),
+    whatever x's dtype: in bf16 the angle 8000 * theta_0 is only known to within 32 rad.
+    cos/sin for the default positions are cached per (T, Dh, base, device, dtype).
+
+    Args:
+        x: (..., T, Dh) with Dh even, e.g. (B, H, T, Dh).
+        positions: (T,) integer positions; default 0 .. T-1. Any offset is allowed
+            (with a KV cache the new tokens sit at start .. start + T - 1).
+        base: 10000 in RoFormer and LLaMA 1/2, 500000 in Llama 3.
+        layout: "interleaved" pairs (2i, 2i+1), as in the paper and Meta's LLaMA code;
+            "half" pairs (i, i + Dh/2), as in GPT-NeoX and Hugging Face LLaMA.
+    Returns:
+        Tensor of x's shape and dtype.
+    """
+    _checks.floating("x", _checks.tensor("x", x, 2, "(..., T, Dh)"))
+    t, head_dim = x.shape[-2], x.shape[-1]
+    _checks.even_int("x.shape[-1] (head_dim)", head_dim, _WHY_EVEN)
+    base = _checks.positive_float("base", base)
+    _check_layout(layout)
+    positions = _check_positions(positions, t)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    cos, sin = _cos_sin(positions, t, head_dim, base, x.device, work)  # (T, Dh/2) each
+    xw = x.to(work)
+    if layout == "interleaved":
+        # (x_2i + i x_2i+1) * (cos + i sin): one fused complex multiply per pair
+        xc = torch.view_as_complex(xw.contiguous().unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
+        out = torch.view_as_real(xc * torch.complex(cos, sin)).flatten(-2)  # (..., T, Dh)
+    else:
+        x1, x2 = xw.chunk(2, dim=-1)  # (..., T, Dh/2) each: the pair is (x1[i], x2[i])
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (..., T, Dh)
+    return out.to(x.dtype)
+
+
+def rope_rotation_matrix(position: int, head_dim: int, base: float = 10_000.0) -> Tensor:
+    r"""The explicit block-diagonal matrix R_m of the interleaved layout.
+
+        R_m = diag(B_0, ..., B_(Dh/2-1)),  B_i = [[cos m theta_i, -sin m theta_i],
+                                                  [sin m theta_i,  cos m theta_i]]
+
+    so that apply_rope(x)[..., m, :] == R_m @ x[..., m, :] (column vectors) and
+    R_m^T R_n = R_(n-m).
+
+    Returns:
+        (head_dim, head_dim) float32 tensor.
+    """
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise ValueError(f"position must be an integer; got {position!r}")
+    head_dim = _checks.even_int("head_dim", head_dim, _WHY_EVEN)
+    base = _checks.positive_float("base", base)
+    angle = _angles(torch.tensor([position]), head_dim, base)[0]  # (Dh/2,)
+    cos, sin = angle.cos(), angle.sin()
+    r = torch.zeros(head_dim, head_dim, dtype=torch.float64)  # (Dh, Dh)
+    idx = torch.arange(0, head_dim, 2)
+    r[idx, idx], r[idx, idx + 1] = cos, -sin
+    r[idx + 1, idx], r[idx + 1, idx + 1] = sin, cos
+    return r.float()  # (Dh, Dh)
+
+
+def rope_layout_permutation(head_dim: int) -> Tensor:
+    """The channel permutation from the interleaved to the half layout.
+
+    perm = [0, 2, 4, ..., Dh-2, 1, 3, ..., Dh-1], so that interleaved pair (2i, 2i+1)
+    lands on half pair (i, i + Dh/2):
+
+        apply_rope(x, layout="interleaved")[..., perm] == apply_rope(x[..., perm], layout="half")
+
+    Its inverse, ``torch.argsort(perm)``, goes back.
+
+    Returns:
+        (head_dim,) int64 tensor.
+    """
+    head_dim = _checks.even_int("head_dim", head_dim, _WHY_EVEN)
+    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))  # (Dh,)
+
+
+def convert_rope_weight(weight: Tensor, num_heads: int, *, src: str = "interleaved",
+                        dst: str = "half") -> Tensor:
+    """Re-order the output rows of a q or k projection from one RoPE layout to the other.
+
+    This is what Hugging Face's LLaMA conversion script does to Meta's checkpoints
+    (interleaved -> half): within every head the rows are permuted by
+    ``rope_layout_permutation``, so that (W x) in the new layout rotated the new way equals,
+    up to that same permutation, the old model's rotated query. Attention scores are unchanged.
+
+    Args:
+        weight: (num_heads * Dh, D_in) projection weight (nn.Linear.weight), or
+            (num_heads * Dh,) bias.
+        num_heads: H.
+        src, dst: "interleaved" or "half".
+    Returns:
+        Tensor of weight's shape.
+    """
+    _checks.tensor("weight", weight, 1, "(num_heads * Dh, D_in)")
+    num_heads = _checks.positive_int("num_heads", num_heads)
+    _check_layout(src)
+    _check_layout(dst)
+    if weight.shape[0] % num_heads:
+        raise ValueError(f"weight.shape[0]={weight.shape[0]} must be num_heads * head_dim with "
+                         f"num_heads={num_heads}")
+    head_dim = _checks.even_int("head_dim (weight.shape[0] // num_heads)",
+                                weight.shape[0] // num_heads, _WHY_EVEN)
+    if src == dst:
+        return weight.clone()
+    perm = rope_layout_permutation(head_dim).to(weight.device)  # (Dh,)
+    if src == "half":
+        perm = torch.argsort(perm)
+    per_head = weight.reshape(num_heads, head_dim, *weight.shape[1:])  # (H, Dh, ...)
+    return per_head[:, perm].reshape(weight.shape)
