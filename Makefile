@@ -6,6 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+# POSENC_FAST=1: lesson 07 trains a documented, smaller lab under test.
+export POSENC_FAST ?= 1
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: lab test lint test-lib test-notebooks exercises experiments bench clean help

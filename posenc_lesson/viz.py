@@ -42,3 +42,22 @@ def heatmap(data, *, title: str, xlabel: str, ylabel: str, cbar_label: str, ax=N
     ax.set_ylabel(ylabel)
     ax.figure.colorbar(im, ax=ax, label=cbar_label)
     return im
+
+
+def explorer(plot_fn, **controls):
+    """A live figure: sliders (ipywidgets) that redraw ``plot_fn``'s figure when moved.
+
+    ``controls`` are ipywidgets controls or abbreviations, exactly as for
+    ``ipywidgets.interactive`` (e.g. ``d_model=(8, 256, 8)``). The figure is redrawn when a
+    slider is released, not on every pixel of the drag. The widget is displayed and
+    returned; run headless (nbval, nbconvert) it draws once with the initial values.
+    """
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    w = widgets.interactive(plot_fn, **controls)
+    for control in w.children[:-1]:
+        if hasattr(control, "continuous_update"):
+            control.continuous_update = False
+    display(w)
+    return w
