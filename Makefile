@@ -37,10 +37,10 @@ lint: $(STAMP)
 test-lib test-notebooks: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q $(NBVAL) -n 2 --dist loadfile notebooks solutions
+	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile notebooks solutions
 
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
