@@ -1,0 +1,184 @@
+r"""A tiny decoder-only Transformer whose position scheme is chosen by name.
+
+One model class, five ways to tell it where a token sits, so that a lab can train them side
+by side and change nothing else:
+
+    "none"        NoPE: no position signal at all; only the causal mask breaks the symmetry
+                  (Kazemnejad et al., 2023, arXiv:2305.19466)
+    "sinusoidal"  x_t = E[token_t] + PE[t], the fixed table of Vaswani et al. (2017)
+    "learned"     x_t = E[token_t] + P[t], a trained table with max_len rows (GPT-2, BERT)
+    "rope"        queries and keys turned by t * theta_i in every layer (Su et al., 2021)
+    "alibi"       scores[h, i, j] += -m_h * |i - j| in every layer (Press et al., 2021)
+
+Each block is pre-LN (as GPT-2 and nanoGPT):
+
+    x = x + Attention(LN(x))        causal: query i sees keys j <= i only
+    x = x + MLP(LN(x))              MLP(x) = W2 GELU(W1 x), hidden width 4 D
+
+    logits = W_out LN(x)            (B, T, vocab_size)
+
+The attention is the library's own ``scaled_dot_product_attention`` (softmax written out),
+so the maps the lab draws are exactly what the model computed. Used by
+notebooks/04_learned_vs_sinusoidal.ipynb and notebooks/07_length_extrapolation.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from . import _checks
+from .alibi import alibi_bias
+from .attention import scaled_dot_product_attention
+from .learned import LearnedPositionalEmbedding
+from .rope import apply_rope
+from .sinusoidal import get_sinusoidal_encoding
+
+SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
+
+
+def check_scheme(pos: object) -> str:
+    """Return ``pos`` if it names a position scheme, else raise a ValueError listing them."""
+    if pos not in SCHEMES:
+        raise ValueError(f"pos must be one of {SCHEMES} ('none' is NoPE, no position signal); "
+                         f"got {pos!r}")
+    return pos  # type: ignore[return-value]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention; RoPE and ALiBi act here, the other schemes do not.
+
+    Args:
+        d_model: D.
+        num_heads: H; the head width is Dh = D / H.
+        pos: the position scheme (only "rope" and "alibi" change this layer).
+        dropout: dropout on the output projection.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.pos = pos
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x: (B, T, D) -> (out (B, T, D), weights (B, H, T, T))."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)  # (B, T, D) each
+        q, k, v = (z.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+                   for z in (q, k, v))  # (B, H, T, Dh) each
+        bias = None
+        if self.pos == "rope":
+            # q_m -> R_m q_m, k_n -> R_n k_n, so q_m . k_n depends on m - n only
+            q, k = apply_rope(q), apply_rope(k)  # (B, H, T, Dh)
+        elif self.pos == "alibi":
+            # scores[h, i, j] += -m_h |i - j|; the causal mask removes j > i
+            bias = alibi_bias(self.num_heads, t, device=x.device, dtype=x.dtype)  # (H, T, T)
+        out, weights = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (B, H, T, Dh)
+        out = out.transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+        return self.dropout(self.proj(out)), weights
+
+
+class Block(nn.Module):
+    """Pre-LN Transformer block: x + Attention(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, num_heads, pos, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                                 nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x: (B, T, D) -> (x (B, T, D), attention weights (B, H, T, T))."""
+        a, weights = self.attn(self.ln1(x))
+        x = x + a  # (B, T, D)
+        x = x + self.mlp(self.ln2(x))  # (B, T, D)
+        return x, weights
+
+
+class TinyDecoder(nn.Module):
+    """A small causal language model with a pluggable position scheme.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: D, the width.
+        num_heads: H; must divide d_model, and D / H must be even for RoPE.
+        num_layers: number of pre-LN blocks.
+        pos: one of SCHEMES: "none", "sinusoidal", "learned", "rope", "alibi".
+        max_len: rows of the learned table (the longest T a "learned" model accepts; rows past
+            the training length exist but are never trained). For "sinusoidal" it is only the
+            size of the precomputed table, which grows on demand. Ignored by the others.
+        dropout: dropout rate (0 by default: the lab's tasks are synthetic and noise-free).
+    """
+
+    def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
+                 pos: str = "rope", max_len: int = 64, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.vocab_size = _checks.positive_int("vocab_size", vocab_size)
+        self.d_model = _checks.positive_int("d_model", d_model)
+        self.num_heads = _checks.positive_int("num_heads", num_heads)
+        self.num_layers = _checks.positive_int("num_layers", num_layers)
+        self.max_len = _checks.positive_int("max_len", max_len)
+        self.pos = check_scheme(pos)
+        if d_model % num_heads:
+            raise ValueError(f"num_heads must divide d_model; got d_model={d_model}, "
+                             f"num_heads={num_heads}")
+        if pos == "rope":
+            _checks.even_int("head_dim (d_model // num_heads)", d_model // num_heads,
+                             "RoPE rotates channels in pairs")
+        if pos == "sinusoidal":
+            _checks.even_int("d_model", d_model, "channels come in (sin, cos) pairs")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got {dropout!r}")
+
+        self.embed = nn.Embedding(vocab_size, d_model)  # E: (vocab_size, D)
+        if pos == "learned":
+            self.pos_embed = LearnedPositionalEmbedding(max_len, d_model)  # P: (max_len, D)
+        if pos == "sinusoidal":
+            # not a parameter and not saved in the state dict: it is a fixed function of t
+            self.register_buffer("pe", get_sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, num_heads, pos, dropout) for _ in range(num_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def _sinusoidal(self, t: int) -> Tensor:
+        """PE[:t], growing the precomputed table if t is longer than any seen so far. (1, T, D)"""
+        if t > self.pe.shape[1]:
+            self.pe = get_sinusoidal_encoding(t, self.d_model, device=self.pe.device)
+        return self.pe[:, :t]  # (1, T, D)
+
+    def forward(self, tokens: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, list]:
+        """Next-token logits.
+
+        Args:
+            tokens: (B, T) integer token ids.
+            return_attention: also return each layer's attention weights.
+        Returns:
+            logits (B, T, vocab_size); with return_attention, (logits, [weights (B, H, T, T)
+            for each layer]).
+        """
+        _checks.tensor("tokens", tokens, 2, "(B, T)")
+        if tokens.dim() != 2 or torch.is_floating_point(tokens) or tokens.dtype == torch.bool:
+            raise ValueError(f"tokens must be an integer tensor of shape (B, T); got shape "
+                             f"{tuple(tokens.shape)} and dtype {tokens.dtype}")
+        x = self.embed(tokens)  # (B, T, D)
+        if self.pos == "learned":
+            x = self.pos_embed(x)  # (B, T, D): + P[t]; ValueError if T > max_len
+        elif self.pos == "sinusoidal":
+            x = x + self._sinusoidal(tokens.shape[1])  # (B, T, D): + PE[t]
+        x = self.drop(x)
+        maps = []
+        for block in self.blocks:
+            x, weights = block(x)  # (B, T, D), (B, H, T, T)
+            maps.append(weights)
+        logits = self.head(self.ln_f(x))  # (B, T, vocab_size)
+        return (logits, maps) if return_attention else logits
+
+    def extra_repr(self) -> str:
+        return f"pos={self.pos!r}, max_len={self.max_len}"

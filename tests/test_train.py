@@ -1,0 +1,79 @@
+"""Claims of the lab's training loop: it learns, it is reproducible, its metrics are fractions."""
+
+import functools
+
+import pytest
+import torch
+
+from posenc_lesson.model import TinyDecoder
+from posenc_lesson.tasks import copy_batch
+from posenc_lesson.train import evaluate, masked_loss, position_accuracy, train
+
+VOCAB = 10
+
+
+def tiny(pos: str = "rope") -> TinyDecoder:
+    torch.manual_seed(0)
+    return TinyDecoder(VOCAB, d_model=32, num_heads=2, num_layers=2, pos=pos, max_len=32)
+
+
+def batches(length, batch_size=16):
+    return functools.partial(copy_batch, batch_size, length, VOCAB)
+
+
+def test_training_reduces_the_loss():
+    losses = train(tiny(), batches((1, 4)), steps=150, lr=3e-3, seed=0, progress=False)
+    assert len(losses) == 150
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    assert last < 0.7 * first, (first, last)
+
+
+def test_training_is_deterministic_with_a_seed():
+    a = train(tiny(), batches((1, 4)), steps=20, seed=3, progress=False)
+    b = train(tiny(), batches((1, 4)), steps=20, seed=3, progress=False)
+    c = train(tiny(), batches((1, 4)), steps=20, seed=4, progress=False)
+    assert a == b
+    assert a != c
+
+
+def test_evaluation_metrics_are_fractions_and_exact_match_is_at_most_token_accuracy():
+    model = tiny()
+    train(model, batches((1, 4)), steps=60, seed=0, progress=False)
+    for n in (2, 4, 8):
+        result = evaluate(model, batches(n), batches=2)
+        assert set(result) == {"token_accuracy", "exact_match"}
+        assert 0.0 <= result["exact_match"] <= result["token_accuracy"] <= 1.0
+
+
+def test_evaluation_counts_only_the_copied_tokens():
+    """A model that always predicts symbol 2 scores the fraction of copied symbols equal to 2."""
+
+    class Always2(torch.nn.Module):
+        def forward(self, tokens):
+            logits = torch.zeros(*tokens.shape, VOCAB)
+            logits[..., 2] = 1.0
+            return logits
+
+    make = batches(6, batch_size=64)
+    tokens, targets = make(generator=torch.Generator().manual_seed(12345))
+    expected = (tokens[:, 1:7] == 2).float().mean().item()
+    result = evaluate(Always2(), make, batches=1, seed=12345)
+    assert result["token_accuracy"] == pytest.approx(expected)
+    assert result["exact_match"] == 0.0
+
+
+def test_position_accuracy_averages_to_token_accuracy():
+    model = tiny()
+    train(model, batches((1, 4)), steps=40, seed=0, progress=False)
+    per_position = position_accuracy(model, batches(5), batches=3)
+    assert per_position.shape == (5,)
+    result = evaluate(model, batches(5), batches=3)
+    assert per_position.mean().item() == pytest.approx(result["token_accuracy"])
+
+
+def test_masked_loss_ignores_minus_100():
+    logits = torch.randn(2, 3, VOCAB)
+    targets = torch.tensor([[-100, 4, -100], [1, -100, -100]])
+    expected = torch.nn.functional.cross_entropy(torch.stack([logits[0, 1], logits[1, 0]]),
+                                                 torch.tensor([4, 1]))
+    torch.testing.assert_close(masked_loss(logits, targets), expected)
