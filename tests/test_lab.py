@@ -21,6 +21,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _listen_addresses(port: int) -> set[str]:
+    """Local addresses of the sockets listening on port, from /proc/net/tcp{,6} (Linux)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for row in open(table).read().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            addr, hexport = local.rsplit(":", 1)
+            if state == "0A" and int(hexport, 16) == port:  # 0A = LISTEN
+                found.add(addr)
+    return found
+
+
 def _status(url: str) -> int:
     for _ in range(60):  # the URL is printed a moment before the socket accepts
         try:
@@ -54,6 +68,8 @@ def test_make_lab_serves_on_localhost_with_a_token(tmp_path):
         assert len(token) >= 32  # a real random token, never empty
         assert _status(f"http://127.0.0.1:{port}/api/contents") == 403
         assert _status(f"http://127.0.0.1:{port}/api/contents/notebooks?token={token}") == 200
+        if os.path.exists("/proc/net/tcp"):
+            assert _listen_addresses(port) == {"0100007F"}, "JupyterLab must listen on 127.0.0.1 only"
         # bound to the loopback address only: this machine's own other address gets no answer
         try:
             outside = socket.gethostbyname(socket.gethostname())
