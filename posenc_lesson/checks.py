@@ -243,9 +243,9 @@ def score(task_id: str, outputs: list) -> tuple[float, int, str]:
     for out in outputs:
         if _is_marker(out, "forbidden"):
             name = out["forbidden"]
-            what = task.title.split(" (")[0].lower()
+            what = task.title.split(" (")[0]
             return 0.0, task.points, (
-                f"this task asks you to implement {what} yourself; your answer calls "
+                f"this task asks you to implement it yourself ({what}); your answer calls "
                 f"{name}. Write it with torch operations instead (the library is what we compare with).")
     if any(_not_implemented(out) for out in outputs):
         return 0.0, task.points, NOT_IMPLEMENTED
@@ -678,4 +678,618 @@ _register(Task(
     cases=_permutation_cases,
     run=_call,
     judge=_judge_permutation,
+))
+
+
+# ======================================================================================
+# Lesson 02: the sinusoidal table and its wavelengths
+# ======================================================================================
+
+_SINUSOIDAL_FORBIDDEN = ("posenc_lesson.get_sinusoidal_encoding", "posenc_lesson.sinusoidal_frequencies",
+                         "posenc_lesson.sinusoidal_wavelengths", "posenc_lesson.rope_frequencies")
+
+_TABLE_HINT = ("PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), "
+               "with pos = 0 .. max_len-1 and i = 0 .. d_model/2-1.")
+
+_TABLE_MISTAKES = [
+    _Mistake(lambda n, d: _table(n, d, base=100.0),
+             "the exponent is off by a factor of 2: your frequencies are 10000^(-i/d_model), "
+             "not 10000^(-2i/d_model).",
+             "i counts channel *pairs* (0 .. d_model/2-1), and the exponent is 2i/d_model; "
+             "torch.arange(0, d_model, 2) already gives the values 2i."),
+    _Mistake(lambda n, d: _table(n, d, base=1e8),
+             "the exponent is twice too large: your frequencies are 10000^(-4i/d_model).",
+             "torch.arange(0, d_model, 2) already holds 2i; do not multiply it by 2 again."),
+    _Mistake(lambda n, d: _interleaved_to_concat(_table(n, d)),
+             "your sin and cos are concatenated [sin ..., cos ...] (the tensor2tensor layout), "
+             "not interleaved [sin, cos, sin, cos, ...].",
+             "write the sines into the even channels and the cosines into the odd ones: "
+             "pe[:, 0::2] and pe[:, 1::2]."),
+    _Mistake(lambda n, d: _swap_pairs(_table(n, d)),
+             "sin and cos are swapped: cos is in the even channels.",
+             "channel 2i holds the sine, channel 2i+1 the cosine."),
+    _Mistake(lambda n, d: _table(n, d, start=1),
+             "the positions are off by one: your first row is position 1.",
+             "positions are 0-based: torch.arange(max_len) gives 0 .. max_len-1."),
+    _Mistake(lambda n, d: _table(n, d)[None],
+             "your table has a leading batch axis, shape (1, max_len, d_model).",
+             "this task asks for the 2-D table (max_len, d_model); drop the unsqueeze(0)."),
+    _Mistake(lambda n, d: _table(n, d).T,
+             "your table is transposed: (d_model, max_len).",
+             "one row per position: shape (max_len, d_model)."),
+]
+
+
+def _table_cases() -> list[tuple]:
+    return [(10, 8), (50, 16), (7, 6)]
+
+
+_register(Task(
+    id="02_sinusoidal_table",
+    title="The sinusoidal table",
+    points=3,
+    entry="sinusoidal_table",
+    forbidden=_SINUSOIDAL_FORBIDDEN,
+    cases=_table_cases,
+    run=_call,
+    judge=_tensor_judge(_table, _TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT),
+))
+
+
+def _wavelengths(d: int, base: float = 10_000.0) -> Tensor:
+    return _sinusoidal.sinusoidal_wavelengths(d, base)
+
+
+_register(Task(
+    id="02_wavelengths",
+    title="The wavelengths",
+    points=2,
+    entry="wavelengths",
+    forbidden=_SINUSOIDAL_FORBIDDEN,
+    cases=lambda: [(8,), (64,), (512,), (6,)],
+    run=_call,
+    judge=_tensor_judge(_wavelengths, [
+        _Mistake(lambda d: _sinusoidal.sinusoidal_frequencies(d),
+                 "you returned the angular frequencies omega_i, not the wavelengths.",
+                 "a wave sin(pos * omega) repeats every 2 pi / omega positions."),
+        _Mistake(lambda d: _wavelengths(d) / (2 * math.pi),
+                 "your wavelengths are 2 pi times too short: 10000^(2i/d_model) is 1/omega_i, in "
+                 "positions per radian.",
+                 "one full turn is 2 pi radians: lambda_i = 2 pi / omega_i."),
+        _Mistake(lambda d: _wavelengths(d, base=100.0),
+                 "the exponent is off by a factor of 2: 10000^(i/d_model) instead of 10000^(2i/d_model).",
+                 "i counts channel pairs; the exponent is 2i/d_model."),
+        _Mistake(lambda d: _wavelengths(d, base=1e8),
+                 "the exponent is twice too large: 10000^(4i/d_model).",
+                 "torch.arange(0, d_model, 2) already holds 2i."),
+    ], ("d_model",), "lambda_i = 2 pi * 10000^(2i/d_model), one per channel pair, shape (d_model // 2,)."),
+))
+
+_register(Task(
+    id="02_fix_exponent",
+    title="The sinusoidal table (find the bug)",
+    points=2,
+    entry="sinusoidal_table_fixed",
+    forbidden=_SINUSOIDAL_FORBIDDEN,
+    cases=lambda: [(12, 8), (40, 32), (5, 4)],
+    run=_call,
+    judge=_tensor_judge(_table, _TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT, partial=False),
+))
+
+
+# ======================================================================================
+# Lesson 03: PE[pos + k] = M_k PE[pos]
+# ======================================================================================
+
+_OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
+                     "posenc_lesson.apply_rope")
+
+
+def _offset(k: int, d: int, base: float = 10_000.0) -> Tensor:
+    return _sinusoidal.sinusoidal_offset_matrix(k, d, base)
+
+
+_OFFSET_SIGN = ("the rotation turns the wrong way: your matrix is M_k transposed, which is "
+                "M_(-k): it moves k positions back.")
+_OFFSET_SIGN_HINT = ("write out sin(a + b) and cos(a + b) with the angle-addition formulas for a "
+                     "(sin, cos) pair: which entry of the 2x2 block carries the minus sign? It is "
+                     "not where the usual rotation matrix [[cos, -sin], [sin, cos]] has it.")
+
+_register(Task(
+    id="03_offset_matrix",
+    title="The offset matrix M_k",
+    points=3,
+    entry="offset_matrix",
+    forbidden=_OFFSET_FORBIDDEN,
+    cases=lambda: [(1, 8), (5, 16), (-3, 8), (100, 4), (0, 6)],
+    run=_call,
+    judge=_tensor_judge(_offset, [
+        _Mistake(lambda k, d: _offset(-k, d), _OFFSET_SIGN, _OFFSET_SIGN_HINT),
+        _Mistake(lambda k, d: _offset(k, d, base=100.0),
+                 "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
+                 "omega_i = 10000^(-2i/d_model), i = 0 .. d_model/2-1."),
+        _Mistake(lambda k, d: _half_block(_offset(k, d)),
+                 "your blocks pair channel i with i + d_model/2; the table pairs (2i, 2i+1).",
+                 "put the 2x2 block of pair i at rows and columns 2i and 2i+1."),
+        _Mistake(lambda k, d: _offset(1, d),
+                 "your matrix does not depend on k: it shifts by one position.",
+                 "the angle of pair i is k * omega_i."),
+    ], ("k", "d_model"), "M_k is block-diagonal; block i acts on channels (2i, 2i+1) and turns the angle "
+                         "by k * omega_i."),
+))
+
+
+def _pe_dot(k: int, d: int, base: float = 10_000.0) -> Tensor:
+    omega = _sinusoidal.sinusoidal_frequencies(d, base)  # (D/2,)
+    return torch.cos(k * omega).sum()
+
+
+_register(Task(
+    id="03_offset_dot",
+    title="The dot product PE[pos] . PE[pos + k]",
+    points=2,
+    entry="pe_dot",
+    forbidden=(),
+    cases=lambda: [(0, 8), (1, 8), (7, 16), (-7, 16), (30, 64)],
+    run=lambda fn, case: (lambda out: out.reshape(()) if isinstance(out, Tensor) and out.numel() == 1
+                          else out)(fn(*case)),
+    judge=_tensor_judge(_pe_dot, [
+        _Mistake(lambda k, d: _pe_dot(k, d, base=100.0),
+                 "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
+                 "omega_i = 10000^(-2i/d_model)."),
+        _Mistake(lambda k, d: torch.sin(k * _sinusoidal.sinusoidal_frequencies(d)).sum(),
+                 "you summed sines; the sin*sin + cos*cos of each pair gives a cosine.",
+                 "cos(a - b) = cos a cos b + sin a sin b."),
+        _Mistake(lambda k, d: _pe_dot(k, d) / (d // 2),
+                 "you took the mean over the pairs, not the sum.",
+                 "a dot product sums over all d_model channels, that is over all d_model/2 pairs."),
+        _Mistake(lambda k, d: torch.cos(k * _sinusoidal.sinusoidal_frequencies(d)),
+                 "you returned one term per pair, not their sum.",
+                 "return a single number: the sum over i."),
+    ], ("k", "d_model"), "pair i contributes sin(a)sin(b) + cos(a)cos(b) with a - b = -k * omega_i."),
+))
+
+_register(Task(
+    id="03_fix_rotation_sign",
+    title="Shifting an encoding by k (find the bug)",
+    points=2,
+    entry="shift_encoding",
+    forbidden=_OFFSET_FORBIDDEN,
+    cases=lambda: [(_table(8, 8)[:, :], 5), (_randn(_gen(103), 4, 16), -2), (_table(20, 4, start=3), 11)],
+    run=_call,
+    judge=_tensor_judge(lambda pe, k: pe.double() @ _offset(k, pe.shape[-1]).double().T, [
+        _Mistake(lambda pe, k: pe.double() @ _offset(-k, pe.shape[-1]).double().T,
+                 "your rows move k positions back, not forward: the rotation's sign is flipped "
+                 "(M_k transposed, or the rows multiplied by M_k from the wrong side).",
+                 _OFFSET_SIGN_HINT),
+    ], ("pe", "k"), "row r of the answer is M_k @ pe[r]: each (sin, cos) pair turned by k * omega_i.",
+        partial=False),
+))
+
+
+# ======================================================================================
+# Lesson 04: a learned table, and a sinusoidal one ported from tensor2tensor
+# ======================================================================================
+
+def _learned_cases() -> list[tuple]:
+    g = _gen(104)
+    return [(8, 4, _randn(g, 2, 5, 4), _randn(g, 8, 4)),
+            (6, 3, _randn(g, 1, 6, 3), _randn(g, 6, 3)),
+            (4, 2, _randn(g, 2, 7, 2), _randn(g, 4, 2))]
+
+
+def _run_learned(cls: Callable, case: tuple) -> dict:
+    """Build the module (seeded), check its table, load a known table, call it on x."""
+    max_len, d_model, x, table = case
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        module = cls(max_len, d_model)
+    found = getattr(module, "table", None)
+    info: dict[str, Any] = {"is_module": isinstance(module, nn.Module),
+                            "is_parameter": isinstance(found, nn.Parameter),
+                            "table_shape": list(found.shape) if isinstance(found, Tensor) else None}
+    if isinstance(found, Tensor) and tuple(found.shape) == (max_len, d_model):
+        with torch.no_grad():
+            found.copy_(table)
+    try:
+        info["out"] = module(x)
+    except Exception as exc:  # judged: T > max_len must raise ValueError
+        info.update(_error(exc))
+    return info
+
+
+_LEARNED_HINT = ("store the table as self.table = nn.Parameter(...) of shape (max_len, d_model); "
+                 "forward(x) checks T = x.shape[1] against max_len and returns x + table[:T].")
+
+
+def _judge_learned(outputs: list, cases: list) -> tuple[float, str]:
+    problems: list[str] = []
+    passed = 0
+    for out, (max_len, d_model, x, table) in zip(outputs, cases, strict=True):
+        t = x.shape[1]
+        where = f"max_len={max_len}, d_model={d_model}, x of shape {tuple(x.shape)}"
+        if _is_marker(out, "error") and "out" not in out and "table_shape" not in out:
+            problems.append(f"building or calling your module raised {out['error']} ({where}).")
+            continue
+        if not isinstance(out, dict):
+            problems.append(f"could not read your module's result ({where}).")
+            continue
+        if _not_implemented(out):
+            return 0.0, NOT_IMPLEMENTED
+        if not out.get("is_module"):
+            problems.append("your class is not an nn.Module: subclass torch.nn.Module so the "
+                            "table is trained and saved with the model.")
+            continue
+        if out.get("table_shape") != [max_len, d_model]:
+            problems.append(f"self.table should have shape ({max_len}, {d_model}) = (max_len, d_model); "
+                            f"got {out.get('table_shape')}.")
+            continue
+        if not out.get("is_parameter"):
+            problems.append("self.table is a plain tensor, not an nn.Parameter: the optimiser "
+                            "would never update it.")
+            continue
+        if t > max_len:
+            error = out.get("error", "")
+            if error.startswith("ValueError"):
+                passed += 1
+            elif error:
+                problems.append(f"for T={t} > max_len={max_len} your module raised {error}; raise a "
+                                f"ValueError yourself, with a message naming T and max_len.")
+            else:
+                problems.append(f"for T={t} > max_len={max_len} your module returned a result; a "
+                                f"learned table has no rows past max_len, so raise a ValueError.")
+            continue
+        if "error" in out:
+            problems.append(f"your forward raised {out['error']} ({where}).")
+            continue
+        got = _as_float_tensor(out.get("out"))
+        expected = x.double() + table.double()[:t]
+        if _close(got, expected):
+            passed += 1
+        elif got is not None and _close(got, table.double()[:t].expand_as(expected)):
+            problems.append("your forward returns the position vectors only; add them to x.")
+        elif got is not None and _close(got, x.double()):
+            problems.append("your forward returns x unchanged; add the table's first T rows.")
+        elif got is not None and t < max_len and _close(got, x.double() + table.double()[1:t + 1]):
+            problems.append("the positions are off by one: token 0 must get row 0 of the table.")
+        elif got is not None and tuple(got.shape) != tuple(expected.shape):
+            problems.append(f"wrong shape for {where}: expected {tuple(expected.shape)}, "
+                            f"got {tuple(got.shape)}.")
+        else:
+            problems.append(f"wrong values for {where}: expected x plus the first T rows of the table.")
+    fraction = passed / len(cases)
+    if not problems:
+        return 1.0, f"passed: all {len(cases)} cases behave as expected."
+    return fraction, _feedback(problems[0], _LEARNED_HINT)
+
+
+_register(Task(
+    id="04_learned_embedding",
+    title="A learned positional embedding",
+    points=3,
+    entry="LearnedPositions",
+    forbidden=("posenc_lesson.LearnedPositionalEmbedding",),
+    cases=_learned_cases,
+    run=_run_learned,
+    judge=_judge_learned,
+))
+
+
+def _add_table(x: Tensor) -> Tensor:
+    return x.double() + _table(x.shape[1], x.shape[2]).double()
+
+
+_register(Task(
+    id="04_fix_concat",
+    title="Adding the sinusoidal table (find the bug)",
+    points=2,
+    entry="add_sinusoidal",
+    forbidden=_SINUSOIDAL_FORBIDDEN,
+    cases=lambda: [(_randn(_gen(105), 2, 5, 8),), (_randn(_gen(106), 1, 12, 16),),
+                   (_randn(_gen(107), 3, 4, 6),)],
+    run=_call,
+    judge=_tensor_judge(_add_table, [
+        _Mistake(lambda x: x + _interleaved_to_concat(_table(x.shape[1], x.shape[2])),
+                 _TABLE_MISTAKES[2].diagnosis, _TABLE_MISTAKES[2].hint),
+        _Mistake(lambda x: x + _table(x.shape[1], x.shape[2], base=100.0),
+                 _TABLE_MISTAKES[0].diagnosis, _TABLE_MISTAKES[0].hint),
+        _Mistake(lambda x: x + _swap_pairs(_table(x.shape[1], x.shape[2])),
+                 _TABLE_MISTAKES[3].diagnosis, _TABLE_MISTAKES[3].hint),
+        _Mistake(lambda x: _table(x.shape[1], x.shape[2]).expand_as(x),
+                 "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D)."),
+    ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
+))
+
+
+# ======================================================================================
+# Lesson 05: RoPE, both layouts, the matrix, converting between layouts
+# ======================================================================================
+
+_ROPE_FORBIDDEN = ("posenc_lesson.apply_rope", "posenc_lesson.rope_rotation_matrix",
+                   "posenc_lesson.sinusoidal_offset_matrix")
+
+
+def _rope_cases() -> list[tuple]:
+    g = _gen(108)
+    return [(_randn(g, 5, 8), torch.arange(5)),
+            (_randn(g, 2, 3, 6, 4), torch.arange(6)),
+            (_randn(g, 2, 4, 16), torch.arange(10, 14))]
+
+
+def _rope_mistakes(layout: str) -> list[_Mistake]:
+    other = "half" if layout == "interleaved" else "interleaved"
+    pairs = {"interleaved": "(2i, 2i+1)", "half": "(i, i + Dh/2)"}
+    return [
+        _Mistake(lambda x, p: _rope_ref(x, p, other),
+                 f"layouts swapped: your output is the {other} layout, pairs {pairs[other]}.",
+                 f"this task pairs channels {pairs[layout]}."
+                 + (" x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair."
+                    if layout == "interleaved" else
+                    " The first half of the channels and the second half are the two coordinates.")),
+        _Mistake(lambda x, p: _rope_ref(x, -p, layout),
+                 "the sign is flipped: you rotate by -m theta_i (the transposed rotation).",
+                 "x'_a = x_a cos - x_b sin and x'_b = x_a sin + x_b cos: the minus sign goes on "
+                 "the first coordinate's update."),
+        _Mistake(lambda x, p: _rope_ref(x, p, layout, base=100.0),
+                 "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh) instead of "
+                 "10000^(-2i/Dh).",
+                 "i counts pairs, i = 0 .. Dh/2-1, and the exponent is -2i/Dh."),
+        _Mistake(lambda x, p: _rope_ref(x, p, layout, base=1e8),
+                 "the exponent is twice too large: theta_i = 10000^(-4i/Dh).",
+                 "torch.arange(0, Dh, 2) already holds 2i."),
+        _Mistake(lambda x, p: _rope_ref(x, p + 1, layout),
+                 "the positions are off by one: you rotate token m by (m + 1) theta_i.",
+                 "use the positions you are given as they are; they are 0-based."),
+        _Mistake(lambda x, p: _rope_ref(x, p - 1, layout),
+                 "the positions are off by one: you rotate token m by (m - 1) theta_i.",
+                 "use the positions you are given as they are; they are 0-based."),
+        _Mistake(lambda x, p: _rope_ref(x, torch.arange(x.shape[-2]), layout),
+                 "you ignore the positions argument and rotate by 0 .. T-1.",
+                 "rotate token t by positions[t] * theta_i (with a KV cache they do not start at 0)."),
+        _Mistake(lambda x, p: _rope_mixed(x, p, "half" if layout == "interleaved" else "interleaved"),
+                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
+                 "rotation pairs channels the other way.",
+                 f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+        _Mistake(lambda x, p: _rope_mixed(x, p, layout),
+                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
+                 "rotation pairs channels the other way.",
+                 f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+    ]
+
+
+for _layout, _points in (("interleaved", 3), ("half", 3)):
+    _register(Task(
+        id=f"05_apply_rope_{_layout}",
+        title=f"RoPE, {_layout} layout",
+        points=_points,
+        entry=f"apply_rope_{_layout}",
+        forbidden=_ROPE_FORBIDDEN,
+        cases=_rope_cases,
+        run=_call,
+        judge=_tensor_judge(functools.partial(_rope_ref, layout=_layout), _rope_mistakes(_layout),
+                            ("x", "positions"),
+                            "rotate pair i of token t by the angle positions[t] * theta_i, "
+                            "theta_i = 10000^(-2i/Dh)."),
+    ))
+
+
+def _rope_matrix(m: int, dh: int, base: float = 10_000.0) -> Tensor:
+    return _rope.rope_rotation_matrix(m, dh, base)
+
+
+_register(Task(
+    id="05_rotation_matrix",
+    title="The RoPE rotation matrix R_m",
+    points=2,
+    entry="rope_matrix",
+    forbidden=_ROPE_FORBIDDEN,
+    cases=lambda: [(1, 4), (3, 8), (-2, 8), (10, 6)],
+    run=_call,
+    judge=_tensor_judge(_rope_matrix, [
+        _Mistake(lambda m, dh: _rope_matrix(-m, dh),
+                 "the sign is flipped: your matrix is R_m transposed, a rotation by -m theta_i.",
+                 "each block is [[cos, -sin], [sin, cos]] acting on a column vector: the minus "
+                 "sign is in the first row."),
+        _Mistake(lambda m, dh: _half_block(_rope_matrix(m, dh)),
+                 "your blocks pair channel i with i + Dh/2 (the half layout); this task asks for "
+                 "the interleaved one.",
+                 "put block i at rows and columns 2i and 2i+1."),
+        _Mistake(lambda m, dh: _rope_matrix(m, dh, base=100.0),
+                 "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh).",
+                 "theta_i = 10000^(-2i/Dh), i = 0 .. Dh/2-1."),
+        _Mistake(lambda m, dh: _rope_matrix(m + 1, dh),
+                 "the position is off by one: you rotate by (m + 1) theta_i.",
+                 "position m turns pair i by exactly m * theta_i."),
+    ], ("position", "head_dim"), "R_m is block-diagonal; block i rotates channels (2i, 2i+1) by "
+                                 "m * theta_i, so that R_m @ x is RoPE applied to x at position m."),
+))
+
+
+def _convert(w: Tensor, h: int) -> Tensor:
+    return _rope.convert_rope_weight(w, h)
+
+
+def _convert_cases() -> list[tuple]:
+    g = _gen(109)
+    return [(_randn(g, 8, 3), 1), (_randn(g, 16, 5), 2), (_randn(g, 24), 3)]
+
+
+_register(Task(
+    id="05_convert_layout",
+    title="Converting a projection from the interleaved to the half layout",
+    points=2,
+    entry="interleaved_to_half",
+    forbidden=("posenc_lesson.convert_rope_weight", "posenc_lesson.rope_layout_permutation"),
+    cases=_convert_cases,
+    run=_call,
+    judge=_tensor_judge(_convert, [
+        _Mistake(lambda w, h: _rope.convert_rope_weight(w, h, src="half", dst="interleaved"),
+                 "you converted the other way, from the half layout to the interleaved one "
+                 "(the inverse permutation).",
+                 "row 2i of a head goes to row i, row 2i+1 to row i + Dh/2: the new order lists "
+                 "the even rows first, then the odd ones."),
+        _Mistake(lambda w, h: _convert(w, 1),
+                 "you permuted all the rows as if there were one head: each head must be "
+                 "permuted on its own.",
+                 "reshape the rows to (num_heads, Dh, ...), permute the Dh axis, reshape back."),
+        _Mistake(lambda w, h: _convert(w.T, h).T if w.dim() == 2 else _convert(w, h),
+                 "you permuted the columns (the input features); the layout lives in the rows "
+                 "(the output features of the projection).",
+                 "nn.Linear.weight has shape (out_features, in_features); permute axis 0."),
+    ], ("weight", "num_heads"), "per head, reorder the Dh output rows so that interleaved pair "
+                                "(2i, 2i+1) becomes half pair (i, i + Dh/2)."),
+))
+
+_register(Task(
+    id="05_fix_pairing",
+    title="RoPE with rotate_half (find the bug)",
+    points=2,
+    entry="rope_half_fixed",
+    forbidden=_ROPE_FORBIDDEN,
+    cases=_rope_cases,
+    run=_call,
+    judge=_tensor_judge(functools.partial(_rope_ref, layout="half"), _rope_mistakes("half"),
+                        ("x", "positions"),
+                        "with rotate_half, channel j and channel j + Dh/2 form one pair and must "
+                        "share the angle of that pair.", partial=False),
+))
+
+
+# ======================================================================================
+# Lesson 06: ALiBi
+# ======================================================================================
+
+_SLOPE_CASES = [(8,), (16,), (1,), (12,), (6,), (24,)]
+
+
+def _slope_mistakes() -> list[_Mistake]:
+    return [
+        _Mistake(_slopes_off_by_one,
+                 "your slopes are off by one: the first head gets slope 1 = 2^0.",
+                 "for n heads (n a power of 2) the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8): "
+                 "head h (0-based) has exponent -8(h+1)/n."),
+        _Mistake(_slopes_naive,
+                 "for a head count that is not a power of 2 you used the power-of-2 formula "
+                 "with n itself: slopes for the wrong head count.",
+                 "the paper takes the slopes of the largest power of 2 c below n, then adds "
+                 "n - c slopes from 2c heads, every other one starting with the first."),
+        _Mistake(_slopes_odd_half,
+                 "the extra heads (n not a power of 2) are taken from every other slope of 2c "
+                 "heads starting at the second; the paper starts at the first.",
+                 "slopes(2c)[0::2], not [1::2]."),
+        _Mistake(_slopes_round_up,
+                 "for n not a power of 2 you took the first n slopes of the next power of 2: "
+                 "slopes for the wrong head count.",
+                 "start from the power of 2 *below* n, then append n - c slopes from 2c heads, "
+                 "every other one."),
+        _Mistake(_sorted_slopes,
+                 "your slopes are right but sorted; the paper appends the extra heads at the "
+                 "end, unsorted, and checkpoints depend on that order.",
+                 "do not sort: the slopes of c heads first, then the extra ones."),
+    ]
+
+
+_SLOPE_HINT = ("m_h = 2^(-8(h+1)/n) for n a power of 2; otherwise the slopes of the power of 2 "
+               "below n, then extra ones from twice that many heads.")
+
+_register(Task(
+    id="06_alibi_slopes",
+    title="ALiBi slopes",
+    points=3,
+    entry="get_slopes",
+    forbidden=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
+    cases=lambda: list(_SLOPE_CASES),
+    run=_call,
+    judge=_tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT),
+))
+
+_register(Task(
+    id="06_fix_slopes",
+    title="ALiBi slopes (find the bug)",
+    points=2,
+    entry="get_slopes_fixed",
+    forbidden=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
+    cases=lambda: list(_SLOPE_CASES),
+    run=_call,
+    judge=_tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT,
+                        partial=False),
+))
+
+
+def _distance(t: int) -> Tensor:
+    pos = torch.arange(t)
+    return (pos[:, None] - pos[None, :]).double()  # (T, T): i - j
+
+
+_register(Task(
+    id="06_alibi_bias",
+    title="The ALiBi bias",
+    points=2,
+    entry="alibi_bias_matrix",
+    forbidden=("posenc_lesson.alibi_bias",),
+    cases=lambda: [(8, 5), (4, 6), (12, 3), (1, 1)],
+    run=_call,
+    judge=_tensor_judge(lambda h, t: _alibi.alibi_bias(h, t), [
+        _Mistake(lambda h, t: -_alibi.alibi_bias(h, t),
+                 "the sign is flipped: your bias rewards distant keys.",
+                 "ALiBi's bias is negative, -m_h |i - j|: farther keys get less attention."),
+        _Mistake(lambda h, t: -_alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
+                 "your bias is -m_h (i - j) without the absolute value: right below the diagonal, "
+                 "but positive above it.",
+                 "this task asks for the symmetric bias -m_h |i - j| (the causal mask hides j > i)."),
+        _Mistake(lambda h, t: _alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
+                 "your bias is m_h (i - j): the sign is flipped, and it is not symmetric.",
+                 "ALiBi's bias is -m_h |i - j|."),
+        _Mistake(lambda h, t: -_slopes_off_by_one(h).double()[:, None, None] * _distance(t).abs(),
+                 _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+        _Mistake(lambda h, t: _alibi.alibi_bias(h, t).permute(1, 2, 0),
+                 "your heads are on the last axis: shape (T, T, H).",
+                 "return (num_heads, seq_len, seq_len), heads first, so it broadcasts against "
+                 "(B, H, T, T) scores."),
+    ], ("num_heads", "seq_len"), "bias[h, i, j] = -m_h * |i - j|, shape (num_heads, seq_len, seq_len)."),
+))
+
+
+def _alibi_attention_cases() -> list[tuple]:
+    g = _gen(110)
+    return [(_randn(g, 1, 4, 5, 8), _randn(g, 1, 4, 5, 8), _randn(g, 1, 4, 5, 8)),
+            (_randn(g, 2, 8, 6, 4), _randn(g, 2, 8, 6, 4), _randn(g, 2, 8, 6, 3)),
+            (_randn(g, 1, 6, 4, 8), _randn(g, 1, 6, 4, 8), _randn(g, 1, 6, 4, 8))]
+
+
+def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
+    bias = _alibi.alibi_bias(q.shape[1], q.shape[2]).double()
+    options = {"scale": math.sqrt(q.shape[-1]), "dim": -1, "bias": bias, "causal": True} | kw
+    return _softmax_attention(q, k, v, **options)
+
+
+_register(Task(
+    id="06_alibi_attention",
+    title="Causal attention with ALiBi",
+    points=3,
+    entry="alibi_attention",
+    forbidden=_ATTN_FORBIDDEN,
+    cases=_alibi_attention_cases,
+    run=_call,
+    judge=_tensor_judge(_alibi_attention, [
+        _Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=-_alibi.alibi_bias(q.shape[1], q.shape[2])),
+                 "the bias has the wrong sign: distant keys get *more* attention.",
+                 "add -m_h |i - j| to the scores, a penalty."),
+        _Mistake(lambda q, k, v: _alibi_attention(q, k, v, causal=False),
+                 "there is no causal mask: query i also sees keys j > i.",
+                 "mask the scores above the diagonal with -inf before the softmax."),
+        _Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=None),
+                 "the ALiBi bias is missing: this is plain causal attention.",
+                 "add the (H, T, T) bias to the scaled scores; it broadcasts over the batch."),
+        _Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias_before_scale=True),
+                 "the bias is divided by sqrt(Dh) too: you added it before scaling.",
+                 "scores = q k^T / sqrt(Dh) + bias: scale first, then add the bias."),
+        _Mistake(lambda q, k, v: _alibi_attention(q, k, v, dim=-2),
+                 _attention_mistakes(True)[0].diagnosis, _attention_mistakes(True)[0].hint),
+        _Mistake(lambda q, k, v: _alibi_attention(
+                     q, k, v, bias=-_slopes_off_by_one(q.shape[1]).double()[:, None, None]
+                     * _distance(q.shape[2]).abs()),
+                 _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+    ], ("q", "k", "v"), "scores = q k^T / sqrt(Dh) - m_h |i - j|, causal mask, softmax over keys, "
+                        "times v; q, k, v have shape (B, H, T, Dh)."),
 ))
