@@ -347,7 +347,9 @@ def _feedback(diagnosis: str, hint: str) -> str:
 
 
 def _tensor_judge(reference: Callable[..., Tensor], mistakes: list[_Mistake], names: tuple[str, ...],
-                  hint: str, partial: bool = True) -> Callable[[list, list], tuple[float, str]]:
+                  hint: str, partial: bool = True,
+                  symptom: Callable[[Tensor, tuple], str | None] | None = None,
+                  ) -> Callable[[list, list], tuple[float, str]]:
     """A judge comparing tensor outputs with the reference, case by case.
 
     Failing cases are compared with each mistake; the first mistake that explains every
@@ -390,6 +392,11 @@ def _tensor_judge(reference: Callable[..., Tensor], mistakes: list[_Mistake], na
             return fraction, _feedback(
                 f"wrong shape for {case}: expected {tuple(refs[n].shape)}, got {tuple(got[n].shape)}.",
                 hint)
+        if symptom is not None:
+            for m in failing:
+                said = symptom(got[m], cases[m]) if got[m] is not None else None
+                if said:
+                    return fraction, _feedback(f"{said} (for {_case_text(names, cases[m])})", hint)
         bad = ~torch.isclose(got[n], refs[n], rtol=RTOL, atol=ATOL)
         first = tuple(int(i) for i in bad.nonzero()[0]) if bad.dim() else ()
         where = f"; the first at index {first}" if first else ""
@@ -509,6 +516,17 @@ def _softmax_attention(q: Tensor, k: Tensor, v: Tensor | None, scale: float | No
     return weights if v is None else weights @ v.double()
 
 
+def _not_a_rotation(m: Tensor, case: tuple) -> str | None:
+    """A square matrix that should be a rotation but is not orthogonal."""
+    if m.dim() != 2 or m.shape[0] != m.shape[1] or not torch.isfinite(m).all():
+        return None
+    eye = torch.eye(m.shape[0], dtype=torch.float64)
+    if torch.allclose(m @ m.T, eye, atol=1e-4):
+        return None
+    return ("your matrix is not a rotation: M @ M.T is not the identity, so some sin entries have "
+            "the wrong sign, or the blocks sit in the wrong places")
+
+
 # ======================================================================================
 # Lesson 01: attention by hand, and why it needs positions
 # ======================================================================================
@@ -626,13 +644,17 @@ def _equivariant(f: Callable, x: Tensor, perm: Tensor) -> bool:
     return bool(torch.allclose(f(x[perm]), f(x)[perm], rtol=RTOL, atol=ATOL))
 
 
+_NOT_PERMUTED_ALIKE = ("your answers match comparing f(x[perm]) with an output that is not permuted "
+                       "the same way: f(x) unpermuted, or f(x) permuted with the inverse permutation.")
 _PERMUTATION_MISTAKES: list[tuple[Callable[[Callable, Tensor, Tensor], bool], str, str]] = [
     (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x)[torch.argsort(p)], rtol=RTOL, atol=ATOL)),
-     "your answers match permuting the output with the inverse permutation.",
-     "apply the same perm to both: compare f(x[perm]) with f(x)[perm]."),
+     _NOT_PERMUTED_ALIKE,
+     "an equivariant f moves its output rows along with the input rows: apply the same perm to "
+     "both sides, f(x[perm]) versus f(x)[perm]."),
     (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x), rtol=RTOL, atol=ATOL)),
-     "your answers match comparing f(x[perm]) with the unpermuted f(x).",
-     "an equivariant f moves its output rows along with the input rows: compare with f(x)[perm]."),
+     _NOT_PERMUTED_ALIKE,
+     "an equivariant f moves its output rows along with the input rows: apply the same perm to "
+     "both sides, f(x[perm]) versus f(x)[perm]."),
     (lambda f, x, p: bool(torch.equal(f(x[p]), f(x)[p])),
      "your answers match an exact comparison (==): sums taken in a different order differ in "
      "the last bits.",
@@ -815,7 +837,7 @@ _register(Task(
                  "your matrix does not depend on k: it shifts by one position.",
                  "the angle of pair i is k * omega_i."),
     ], ("k", "d_model"), "M_k is block-diagonal; block i acts on channels (2i, 2i+1) and turns the angle "
-                         "by k * omega_i."),
+                         "by k * omega_i.", symptom=_not_a_rotation),
 ))
 
 
@@ -1101,7 +1123,8 @@ _register(Task(
                  "the position is off by one: you rotate by (m + 1) theta_i.",
                  "position m turns pair i by exactly m * theta_i."),
     ], ("position", "head_dim"), "R_m is block-diagonal; block i rotates channels (2i, 2i+1) by "
-                                 "m * theta_i, so that R_m @ x is RoPE applied to x at position m."),
+                                 "m * theta_i, so that R_m @ x is RoPE applied to x at position m.",
+        symptom=_not_a_rotation),
 ))
 
 
