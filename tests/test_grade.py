@@ -150,7 +150,8 @@ VARIANTS = {
     "exception": _set("raise RuntimeError('boom')\n"),
     "os_exit": _set("import os\nos._exit(3)\n"),
     "segfault": _set("import ctypes\nctypes.string_at(0)\n"),
-    "segfault_in_answer": _set("import ctypes\n\n\ndef attention(q, k, v):\n    return ctypes.string_at(0)\n"),
+    "segfault_in_answer": _set("import ctypes\n\n\ndef attention(q, k, v):\n"
+                               "    return ctypes.string_at(0)\n"),
     "huge_print": lambda nb: _set(_solution() + HUGE_PRINT)(nb),
     "stderr_spam": lambda nb: _set(_solution() + NOISY)(nb),
     "no_check_cells": _drop_checks,
@@ -167,7 +168,8 @@ VARIANTS = {
 
 
 def _hashes(folder: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +319,8 @@ def test_tampering_does_not_rescue_a_wrong_answer(graded, student):
     task = _tasks(graded["reports"][(student, SUBJECT)])[TASK]
     assert control["score"] == 0
     assert task["score"] == control["score"] and task["feedback"] == control["feedback"]
-    _other_tasks_full(graded["reports"][(student, SUBJECT)])
+    if student != "patched_compare_wrong":  # there the learner's own torch.allclose patch breaks
+        _other_tasks_full(graded["reports"][(student, SUBJECT)])  # their permutation check too
 
 
 def test_an_answer_that_calls_the_library_scores_0_and_says_why(graded):

@@ -1,0 +1,136 @@
+"""The exercise notebooks work unchanged with nbgrader, proven headless in a temporary course.
+
+``nbgrader generate_assignment`` on solutions/ must give the same student notebooks as
+exercises/ (same cells, sources, nbgrader metadata, stubs), and ``nbgrader autograde`` must
+give the solutions full marks and the blank exercises zero, with the same points per notebook
+as posenc_lesson.checks. Two courses (each with its own sqlite gradebook) run side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from posenc_lesson import checks
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+ASSIGNMENT = "exercises"
+STUB = 'raise NotImplementedError("Your code here: replace this line (see the hint above).")'
+# nbgrader computes these itself when it releases an assignment; the contract keeps them out
+NBGRADER_COMPUTED = {"checksum", "cell_type"}
+
+CONFIG = """\
+c = get_config()
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = "posenc-lesson"
+c.CourseDirectory.db_url = {db!r}
+c.ClearSolutions.code_stub = {{"python": {stub!r}}}
+c.Execute.timeout = 120
+"""
+
+pytestmark = pytest.mark.slow
+
+
+def _start(course: Path, *args: str) -> subprocess.Popen:
+    # nbgrader runs `alembic` for its database: it must be on PATH, next to this Python
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _wait(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+
+
+def _course(root: Path, student: str, submitted_from: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text(
+        CONFIG.format(root=str(root), db=f"sqlite:///{root / 'gradebook.db'}", stub=STUB))
+    shutil.copytree(SOLUTIONS, root / "source" / ASSIGNMENT)
+    shutil.copytree(submitted_from, root / "submitted" / student / ASSIGNMENT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def courses(tmp_path_factory):
+    """Release and autograde in two courses: student "solutions" and student "blank"."""
+    from nbgrader.api import Gradebook
+
+    base = tmp_path_factory.mktemp("nbgrader")
+    roots = {"solutions": _course(base / "a", "solutions", SOLUTIONS),
+             "blank": _course(base / "b", "blank", EXERCISES)}
+    _wait(*[_start(root, "generate_assignment", ASSIGNMENT) for root in roots.values()])
+    _wait(*[_start(root, "autograde", ASSIGNMENT, "--student", student) for student, root in roots.items()])
+    scores = {}
+    for student, root in roots.items():
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+            submission = gb.find_submission(ASSIGNMENT, student)
+            scores[student] = {nb.name: (nb.score, nb.max_score) for nb in submission.notebooks}
+    return {"release": roots["solutions"] / "release" / ASSIGNMENT, "scores": scores}
+
+
+def _stems(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.ipynb"))
+
+
+def _cells(path: Path) -> list[tuple]:
+    nb = nbformat.read(path, as_version=4)
+    cells = []
+    for cell in nb.cells:
+        meta = dict(cell.metadata)
+        nbg = {k: v for k, v in meta.pop("nbgrader", {}).items() if k not in NBGRADER_COMPUTED}
+        outputs = cell.get("outputs", [])
+        cells.append((cell.cell_type, cell.source.rstrip("\n"), nbg, meta, outputs))
+    return cells
+
+
+def test_generate_assignment_gives_the_committed_exercises(courses):
+    assert _stems(courses["release"]) == _stems(EXERCISES) == _stems(SOLUTIONS)
+    for stem in _stems(EXERCISES):
+        released = _cells(courses["release"] / f"{stem}.ipynb")
+        ours = _cells(EXERCISES / f"{stem}.ipynb")
+        assert len(released) == len(ours), stem
+        for i, (a, b) in enumerate(zip(released, ours, strict=True)):
+            assert a == b, f"{stem} cell {i}:\nnbgrader: {a}\nexercises/: {b}"
+
+
+def test_released_stubs_are_the_contract_stub(courses):
+    for path in sorted(courses["release"].glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        solution_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        assert solution_cells
+        for cell in solution_cells:
+            assert STUB in cell.source and "BEGIN SOLUTION" not in cell.source, (path.name, cell.source)
+
+
+def _points(stem: str) -> int:
+    nb = nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
+    ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+           if c.metadata.get("nbgrader", {}).get("solution")]
+    return sum(checks.TASKS[i].points for i in ids)
+
+
+def test_autograde_gives_the_solutions_full_marks(courses):
+    scores = courses["scores"]["solutions"]
+    assert sorted(scores) == _stems(SOLUTIONS)
+    for stem, (score, max_score) in scores.items():
+        assert max_score == _points(stem) > 0, stem  # nbgrader's points are posenc-grade's points
+        assert score == max_score, stem
+
+
+def test_autograde_gives_the_blank_exercises_zero(courses):
+    scores = courses["scores"]["blank"]
+    assert sorted(scores) == _stems(EXERCISES)
+    for stem, (score, max_score) in scores.items():
+        assert max_score == _points(stem) > 0, stem
+        assert score == 0, stem
