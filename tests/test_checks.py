@@ -22,7 +22,7 @@ from posenc_lesson import checks
 from posenc_lesson.checks import TASKS, assert_passes, check, outputs_of, score
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("0[1-6]_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("0[1-7]_*.ipynb"))
 EXERCISES = ROOT / "exercises"
 
 
@@ -184,6 +184,17 @@ MUTANTS = [
      "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
      "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
      "before scaling"),
+    ("07_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
+     "wrong sign"),
+    ("07_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
+    ("07_position_terms", "return x + get_sinusoidal_encoding(t, d_model), None",
+     "return x + get_sinusoidal_encoding(t, d_model), alibi_bias(num_heads, t)", "there is no bias"),
+    ("07_position_terms", 'if scheme in ("none", "rope"):\n        return x, None',
+     'if scheme in ("none", "rope"):\n        return x + get_sinusoidal_encoding(t, d_model), None',
+     "pass through unchanged"),
+    ("07_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
+     "every position"),
+    ("07_predict_order", '"none, 1 layer": False', '"none, 1 layer": True', "1 of 6 predictions"),
 ]
 
 
