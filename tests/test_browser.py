@@ -1,0 +1,336 @@
+"""The course in a real browser: every lesson runs in JupyterLab in headless Chromium.
+
+nbval proves that each notebook executes and prints what it stored; it cannot see a widget
+that never renders or a slider that redraws nothing. This test opens every lesson in a
+real JupyterLab (started from the venv, on a free localhost port, with a random token and
+throw-away config, settings, runtime and workspace folders, so it never touches yours),
+runs all cells from the Run menu in Debian's Chromium, waits for every cell to execute,
+and asserts:
+
+    no error output anywhere (no stderr, no traceback; cells are indexed from 0,
+        markdown included, in the messages);
+    every widget renders (no "Loading widget..." / "Error displaying widget"),
+        and every interactive explorer has a slider;
+    pressing ArrowRight on the first slider of every explorer changes its figure.
+
+A screenshot per lesson goes to screenshots/ (git-ignored). JupyterLab's autosave is off,
+so the notebooks on disk are never rewritten. Lesson 07 trains models: POSENC_FAST=1 is
+kept in the server's environment, which the kernels inherit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+SCREENSHOTS = ROOT / "screenshots"
+RUN_TIMEOUT_S = 300  # lesson 07 trains small models even in its fast mode
+REDRAW_TIMEOUT_S = 30
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="browser test skipped: /usr/bin/chromium not found; install it with "
+                              "`apt-get install chromium` (CI's .ci/run does) to enable it"),
+]
+
+# JupyterLab user settings for the run: all cells attached to the DOM, no autosave (the
+# notebooks on disk must stay as committed), no news or update pop-ups over the page.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "checkForUpdates": False, "doNotDisturbMode": True, "fetchNews": "false"},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A running JupyterLab: its base URL, token and REST helper."""
+
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def api(self, path: str, method: str = "GET"):
+        req = urllib.request.Request(f"{self.url}{path}", method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = resp.read()
+        return json.loads(body) if body else None
+
+    def shutdown_kernels(self) -> None:
+        for session in self.api("/api/sessions"):
+            self.api(f"/api/sessions/{session['id']}", method="DELETE")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab from the venv, rooted at the repo, in a throw-away home; always stopped."""
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    dirs = {name: tmp / name for name in ("home", "config", "data", "runtime", "settings",
+                                          "workspaces", "mpl", "ipython")}
+    for d in dirs.values():
+        d.mkdir()
+    for rel, values in LAB_SETTINGS.items():
+        path = dirs["settings"] / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "MPLBACKEND"))}
+    env.update(HOME=str(dirs["home"]), JUPYTER_CONFIG_DIR=str(dirs["config"]),
+               JUPYTER_DATA_DIR=str(dirs["data"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+               MPLCONFIGDIR=str(dirs["mpl"]), IPYTHONDIR=str(dirs["ipython"]),
+               JUPYTER_PLATFORM_DIRS="1", POSENC_FAST="1")
+    # build matplotlib's font cache now, so no kernel prints "building the font cache" to stderr
+    subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], env=env, check=True)
+    port, token = _free_port(), secrets.token_hex(16)
+    jupyter = Path(sys.executable).with_name("jupyter")
+    cmd = [str(jupyter), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={ROOT}",
+           f"--LabApp.user_settings_dir={dirs['settings']}",
+           f"--LabApp.workspaces_dir={dirs['workspaces']}",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = (tmp / "jupyterlab.log").open("w")
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        lab = Lab(f"http://127.0.0.1:{port}", token)
+        deadline = time.monotonic() + 90
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {server.returncode}:\n"
+                            f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}")
+            try:
+                lab.api("/api/status")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("JupyterLab did not answer within 90 s:\n"
+                                f"{(tmp / 'jupyterlab.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield lab
+    finally:
+        # SIGTERM to the server's own process group: the server, then its kernels
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=10)
+        try:
+            os.killpg(server.pid, signal.SIGKILL)  # any kernel left behind
+        except ProcessLookupError:
+            pass
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Debian Chromium for all lessons; always closed."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser, lab):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()
+        lab.shutdown_kernels()
+
+
+# ---- what the page shows, read in one round trip each -------------------------------
+
+CELL_STATE_JS = """() => {
+  const cells = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')];
+  return cells.map(c => {
+    const p = c.querySelector('.jp-InputArea-prompt');
+    return p ? p.textContent.trim() : '';
+  });
+}"""
+
+ERRORS_JS = """() => {
+  const out = [];
+  document.querySelectorAll('.jp-Notebook .jp-Cell').forEach((cell, i) => {
+    cell.querySelectorAll('.jp-OutputArea-output').forEach(o => {
+      const mime = o.getAttribute('data-mime-type') || '';
+      const text = o.innerText || '';
+      if (mime === 'application/vnd.jupyter.stderr' || /Traceback|Error displaying widget/.test(text))
+        out.push({cell: i, mime, text: text.slice(0, 1500)});
+    });
+  });
+  return out;
+}"""
+
+WIDGETS_JS = """() => {
+  const loading = [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
+    .filter(o => /Loading widget\\.\\.\\./.test(o.innerText || '')).length;
+  const views = [...document.querySelectorAll('.jp-Notebook .widget-interact')];
+  return {loading, views: views.map(v => ({
+    sliders: v.querySelectorAll('.widget-slider, .widget-hslider, .widget-vslider').length,
+    images: v.querySelectorAll('img, canvas').length}))};
+}"""
+
+FIGURE_JS = """(view) => {
+  const img = view.querySelector('.widget-output img, .jp-OutputArea-output img');
+  if (img) return img.getAttribute('src');
+  const canvas = view.querySelector('canvas');
+  return canvas ? canvas.toDataURL() : null;
+}"""
+
+
+def _cell_index(view) -> int:
+    return view.evaluate("""(el) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]
+                                      .indexOf(el.closest('.jp-Cell'))""")
+
+
+def _run_all_cells(page) -> None:
+    """Clear the stored outputs, then Run > Run All Cells, as a learner would."""
+    page.locator(".lm-MenuBar-item", has_text="Edit").click()
+    page.locator('.lm-Menu-item[data-command="editmenu:clear-all"]').click()
+    page.locator(".lm-MenuBar-item", has_text="Run").click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+
+def _wait_for_kernel(page, lab: Lab, rel: str) -> None:
+    """Wait until the notebook's kernel is started and idle (server side and in the page)."""
+    deadline = time.monotonic() + 90
+    while True:
+        states = [s["kernel"]["execution_state"] for s in lab.api("/api/sessions")
+                  if s["path"] == rel and s.get("kernel")]
+        shown = page.locator(".jp-StatusBar-TextItem", has_text="| Idle").count()
+        if states == ["idle"] and shown:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{rel}: the kernel did not start within 90 s (states {states})")
+        time.sleep(0.5)
+
+
+def _wait_for_all_cells(page, name: str) -> list[str]:
+    """Wait until the run is over: every cell executed, or the run stopped at an error."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    start, settled, retried = time.monotonic(), 0, False
+    while True:
+        prompts = page.evaluate(CELL_STATE_JS)
+        numbered = [p[1:-2].strip().isdigit() for p in prompts]  # "[12]:" once executed
+        running = any("*" in p for p in prompts)
+        idle = page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').count() > 0
+        if idle and not running and all(numbered):
+            return prompts
+        if idle and not running and any(numbered) and page.evaluate(ERRORS_JS):
+            settled += 1  # Run All stops at an error; give late outputs two seconds
+            if settled >= 4:
+                return prompts
+        if not any(numbered) and not running and not retried and time.monotonic() - start > 15:
+            _run_all_cells(page)  # the first click reached a kernel still connecting
+            retried = True
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name}: not every cell executed within {RUN_TIMEOUT_S} s; prompts {prompts}")
+        time.sleep(0.5)
+
+
+def _wait_for_widgets(page, name: str) -> dict:
+    deadline = time.monotonic() + 30
+    while True:
+        state = page.evaluate(WIDGETS_JS)
+        if state["loading"] == 0 and all(v["images"] for v in state["views"]):
+            return state
+        if time.monotonic() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+def _move_first_slider(page, view, name: str, k: int) -> None:
+    """ArrowRight on the first slider of explorer k; its figure must change."""
+    where = f"{name}, explorer {k} (cell index {_cell_index(view)})"
+    before = view.evaluate(FIGURE_JS)
+    assert before, f"{where}: no figure in the explorer before moving the slider"
+    view.scroll_into_view_if_needed()
+    handle = view.locator(".noUi-handle").first
+    handle.focus()
+    page.keyboard.press("ArrowRight")
+    deadline = time.monotonic() + REDRAW_TIMEOUT_S
+    while True:
+        after = view.evaluate(FIGURE_JS)
+        if after and after != before:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{where}: the figure did not change within {REDRAW_TIMEOUT_S} s "
+                        "after ArrowRight on its first slider")
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_lesson_runs_in_jupyterlab(page, lab, notebook):
+    name = notebook.name
+    rel = notebook.relative_to(ROOT).as_posix()
+    # one workspace per lesson, so JupyterLab does not reopen the previous lesson too
+    page.goto(f"{lab.url}/lab/workspaces/{notebook.stem}/tree/{rel}?token={lab.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    try:
+        _wait_for_kernel(page, lab, rel)
+        _run_all_cells(page)
+        prompts = _wait_for_all_cells(page, name)
+        _check_lesson(page, notebook, prompts)
+    finally:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
+
+
+def _check_lesson(page, notebook: Path, prompts: list[str]) -> None:
+    name = notebook.name
+    # no error output anywhere, and every code cell ran
+    errors = page.evaluate(ERRORS_JS)
+    assert not errors, f"{name}: error output in " + "; ".join(
+        f"cell index {e['cell']} ({e['mime'] or 'output'}): {e['text']}" for e in errors)
+    n_code = sum(c["cell_type"] == "code" for c in json.loads(notebook.read_text())["cells"])
+    assert len(prompts) == n_code and all(p[1:-2].strip().isdigit() for p in prompts), \
+        f"{name}: not every code cell executed; prompts {prompts}"
+
+    # every widget renders, every explorer has a slider and a figure
+    state = _wait_for_widgets(page, name)
+    assert state["loading"] == 0, f"{name}: {state['loading']} widget(s) still 'Loading widget...'"
+    for k, v in enumerate(state["views"]):
+        assert v["sliders"] >= 1, f"{name}: explorer {k} has no slider"
+        assert v["images"] >= 1, f"{name}: explorer {k} shows no figure"
+
+    # moving the first slider of every explorer redraws its figure
+    views = page.locator(".jp-Notebook .widget-interact")
+    for k in range(views.count()):
+        _move_first_slider(page, views.nth(k), name, k)
+    errors = page.evaluate(ERRORS_JS)
+    assert not errors, f"{name}: error output after moving a slider: {errors}"
+    if views.count():  # the screenshot shows the first explorer, moved
+        views.first.evaluate("el => el.closest('.jp-Cell').scrollIntoView({block: 'start'})")
