@@ -58,6 +58,7 @@ import argparse
 import contextlib
 import csv
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -75,7 +76,6 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import torch
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
 CHECKS_MODULE = "posenc_lesson.checks"
@@ -89,10 +89,13 @@ MAX_MESSAGE = 300  # characters of an exception message kept in a report
 
 
 def default_solutions_dir() -> Path:
-    """``solutions/`` next to the package: where the course keeps its trusted notebooks."""
-    import posenc_lesson
+    """``solutions/`` next to the package: where the course keeps its trusted notebooks.
 
-    return Path(posenc_lesson.__file__).resolve().parents[1] / "solutions"
+    Found without importing the package (and torch), so that usage errors come back at once.
+    """
+    spec = importlib.util.find_spec("posenc_lesson")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).resolve().parents[1] / "solutions"
 
 
 class UsageError(Exception):
@@ -138,8 +141,12 @@ def _source(cell: Any) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-def load_exercises(solutions_dir: Path, tasks: dict[str, Any]) -> dict[str, Exercise]:
-    """Read every ``solutions/*.ipynb`` into an :class:`Exercise`, keyed by file stem."""
+def load_exercises(solutions_dir: Path, tasks: Iterable[str] | None = None) -> dict[str, Exercise]:
+    """Read every ``solutions/*.ipynb`` into an :class:`Exercise`, keyed by file stem.
+
+    ``tasks``: the task ids the checks know; solution cells with other grade_ids still run but
+    are not scored. None keeps every solution cell's grade_id (before the checks are imported).
+    """
     paths = sorted(Path(solutions_dir).glob("*.ipynb"))
     if not paths:
         raise UsageError(f"--solutions: no solution notebooks in {solutions_dir}; pass the course's "
@@ -155,7 +162,7 @@ def load_exercises(solutions_dir: Path, tasks: dict[str, Any]) -> dict[str, Exer
             gid = nbg.get("grade_id")
             if nbg.get("solution"):
                 steps.append(Step("solution", gid, "", number))
-                if gid in tasks:
+                if gid is not None and (tasks is None or gid in tasks):
                     task_ids.append(gid)
             elif nbg.get("grade"):
                 continue  # a test cell: the tests come from posenc_lesson.checks instead
@@ -339,10 +346,124 @@ _LIVE_LOCK = threading.Lock()
 _STOP = threading.Event()
 
 
-class Kernel:
-    """A fresh ipykernel of this Python, in its own process group, driven over the shell channel."""
+def kernel_env() -> dict[str, str]:
+    """The environment kernels run in: no GUI, one thread each (jobs run side by side)."""
+    env = dict(os.environ)
+    env.update(MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env.pop("JPY_PARENT_PID", None)
+    return env
 
-    def __init__(self, workdir: Path):
+
+def use_zygote() -> bool:
+    """Fork kernels from a zygote on Linux, unless POSENC_GRADE_FORK=0 asks for cold starts."""
+    return sys.platform == "linux" and os.environ.get("POSENC_GRADE_FORK", "1") != "0"
+
+
+class Zygote:
+    """A process that has imported torch & co. once and forks a fresh kernel on request
+    (``posenc_lesson._grade_kernel.serve``). One per grading run, shared by the jobs."""
+
+    def __init__(self, checks_module: str, workdir: Path):
+        self.checks_module = checks_module
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def fork(self, connection_file: Path, cwd: Path) -> int:
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+            try:
+                self.proc.stdin.write(json.dumps({"connection_file": str(connection_file),
+                                                  "cwd": str(cwd)}) + "\n")
+                self.proc.stdin.flush()
+                return int(json.loads(self.proc.stdout.readline())["pid"])
+            except (OSError, ValueError, KeyError) as exc:
+                raise InfrastructureError(f"the kernel zygote stopped answering ({_short(exc)})") from exc
+
+    def _start(self) -> None:
+        code = f"from posenc_lesson._grade_kernel import serve; serve({self.checks_module!r})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=kernel_env(), cwd=self.workdir, start_new_session=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith('{"ready"'):
+            self.close()
+            raise InfrastructureError("could not start the kernel zygote (python -c 'from "
+                                      "posenc_lesson._grade_kernel import serve; serve()' failed)")
+
+    def close(self) -> None:
+        """Close its stdin: it kills the kernels it forked and exits."""
+        with self.lock:
+            if self.proc is None:
+                return
+            with contextlib.suppress(OSError):
+                if self.proc.stdin:
+                    self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            if self.proc.stdout:
+                self.proc.stdout.close()
+            self.proc = None
+
+
+class Kernel:
+    """A fresh ipykernel of this Python in its own session, driven over the shell channel only.
+
+    Started by forking the zygote when there is one, else as a new process by jupyter_client.
+    """
+
+    _count = 0
+    _count_lock = threading.Lock()
+
+    def __init__(self, workdir: Path, zygote: Zygote | None = None):
+        with Kernel._count_lock:
+            Kernel._count += 1
+            self.name = f"k{Kernel._count}"
+        self.workdir = workdir
+        self.zygote = zygote
+        self.pid: int | None = None  # zygote-forked kernels
+        self.km: Any = None  # jupyter_client-started kernels
+        self.kc: Any = None
+
+    def start(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE_KERNELS.add(self)
+        try:
+            if self.zygote is not None:
+                self._fork()
+            else:
+                self._launch()
+            self.kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+            reply = self._wait(self.kc.kernel_info(), time.monotonic() + KERNEL_START_TIMEOUT)
+        except Exception as exc:
+            self.kill()
+            if isinstance(exc, InfrastructureError):
+                raise
+            raise InfrastructureError(f"could not start a Python kernel: {_short(exc)}") from exc
+        if reply is None:
+            self.kill()
+            raise InfrastructureError(f"a Python kernel did not answer within {KERNEL_START_TIMEOUT:g} s")
+
+    def _fork(self) -> None:
+        import secrets
+
+        from jupyter_client import BlockingKernelClient
+        from jupyter_client.connect import write_connection_file
+
+        connection_file = self.workdir / f"{self.name}.json"
+        write_connection_file(str(connection_file), transport="ipc", ip=str(self.workdir / self.name),
+                              key=secrets.token_hex(16).encode())
+        self.pid = self.zygote.fork(connection_file, self.workdir)
+        self.kc = BlockingKernelClient()
+        self.kc.load_connection_file(str(connection_file))
+
+    def _launch(self) -> None:
         from jupyter_client import KernelManager
         from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
@@ -353,29 +474,43 @@ class Kernel:
                                   display_name="Python 3 (ipykernel)", language="python")
 
         self.km = KernelManager(kernel_spec_manager=ThisPython(), kernel_name="python3")
-        self.km.connection_file = str(workdir / f"kernel-{id(self)}.json")
-        self.workdir = workdir
-        self.kc = None
+        self.km.connection_file = str(self.workdir / f"{self.name}.json")
+        self.km.start_kernel(cwd=str(self.workdir), env=kernel_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.kc = self.km.blocking_client()
 
-    def start(self) -> None:
-        env = dict(os.environ)
-        env.update(MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PYDEVD_DISABLE_FILE_VALIDATION="1")
-        with _LIVE_LOCK:
-            _LIVE_KERNELS.add(self)
+    def alive(self) -> bool:
+        if self.km is not None:
+            return bool(self.km.is_alive())
+        if self.pid is None:
+            return False
         try:
-            self.km.start_kernel(cwd=str(self.workdir), env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-            self.kc = self.km.blocking_client()
-            self.kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-            msg_id = self.kc.kernel_info()
-            reply = self._wait(msg_id, time.monotonic() + KERNEL_START_TIMEOUT)
-        except Exception as exc:
-            self.kill()
-            raise InfrastructureError(f"could not start a Python kernel: {_short(exc)}") from exc
-        if reply is None:
-            self.kill()
-            raise InfrastructureError(f"a Python kernel did not answer within {KERNEL_START_TIMEOUT:g} s")
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:  # a zombie, not yet collected by the zygote, is dead
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return True
+
+    def _signal(self, signum: int) -> None:
+        if self.km is not None:
+            if signum == signal.SIGINT:
+                self.km.interrupt_kernel()
+            else:
+                pgid = getattr(self.km.provisioner, "pgid", None)
+                if pgid:
+                    os.killpg(pgid, signum)
+            return
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signum)  # the kernel leads its own session: pgid == pid
+            if signum == signal.SIGKILL and self.alive():  # killed before it called setsid()
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signum)
 
     def _wait(self, msg_id: str, until: float) -> dict | None:
         """The shell reply to ``msg_id``, or None if the kernel dies or ``until`` passes."""
@@ -386,7 +521,7 @@ class Kernel:
             try:
                 msg = self.kc.get_shell_msg(timeout=min(0.2, left))
             except queue.Empty:
-                if not self.km.is_alive():
+                if not self.alive():
                     return None
                 continue
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
@@ -399,11 +534,11 @@ class Kernel:
                                  stop_on_error=False)
         reply = self._wait(msg_id, until)
         at_notebook_limit = time.monotonic() >= deadline
-        if reply is None and not self.km.is_alive():
+        if reply is None and not self.alive():
             return Reply("died")
         if reply is None:
             with contextlib.suppress(Exception):
-                self.km.interrupt_kernel()
+                self._signal(signal.SIGINT)
             reply = self._wait(msg_id, time.monotonic() + INTERRUPT_GRACE)
             if reply is None:
                 self.kill()
@@ -420,12 +555,10 @@ class Kernel:
             if self.kc is not None:
                 self.kc.stop_channels()
         with contextlib.suppress(Exception):
-            provisioner = self.km.provisioner
-            pgid = getattr(provisioner, "pgid", None)
-            if pgid:
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.km.shutdown_kernel(now=True)
+            self._signal(signal.SIGKILL)  # the whole group: also whatever the learner's code spawned
+        if self.km is not None:
+            with contextlib.suppress(Exception):
+                self.km.shutdown_kernel(now=True)
         with _LIVE_LOCK:
             _LIVE_KERNELS.discard(self)
 
@@ -496,6 +629,14 @@ class Grader:
         self.limits = limits
         self.checks_module = checks_module
         self.checks = importlib.import_module(checks_module)
+        self._zygote_dir = tempfile.TemporaryDirectory(prefix="posenc-grade-")
+        self.zygote = Zygote(checks_module, Path(self._zygote_dir.name)) if use_zygote() else None
+
+    def close(self) -> None:
+        """Stop the zygote (and with it any kernel still running)."""
+        if self.zygote is not None:
+            self.zygote.close()
+        self._zygote_dir.cleanup()
 
     def grade(self, sub: Submission) -> Graded:
         t0 = time.monotonic()
@@ -540,7 +681,7 @@ class Grader:
         learner_ran = False
         with tempfile.TemporaryDirectory(prefix="posenc-grade-") as tmp:
             while pending:
-                kernel = Kernel(Path(tmp))
+                kernel = Kernel(Path(tmp), self.zygote)
                 try:
                     kernel.start()
                     setup = (f"import posenc_lesson._grade_kernel as _g; _g.install({self.checks_module!r}); "
@@ -640,6 +781,8 @@ class Grader:
         try:
             if path.stat().st_size > MAX_OUTPUTS_BYTES:
                 raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
+            import torch
+
             saved = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
@@ -807,9 +950,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
         raise UsageError(f"--timeout and --notebook-timeout must be positive; got {args.timeout:g} "
                          f"and {args.notebook_timeout:g}")
     t0 = time.monotonic()
-    checks = importlib.import_module(checks_module)
     solutions = Path(args.solutions) if args.solutions else default_solutions_dir()
-    exercises = load_exercises(solutions, checks.TASKS)
+    exercises = load_exercises(solutions)
     subs, warnings = discover(args.paths)
     for w in warnings:
         print(f"posenc-grade: warning: {w}", file=sys.stderr)
@@ -818,15 +960,18 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     label_rows(subs)
     out = Path(args.out)
     _check_out(out, subs, args.force)
+    checks = importlib.import_module(checks_module)  # torch and the library: only now
+    exercises = load_exercises(solutions, set(checks.TASKS))
     grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module)
     rows: list[Graded] = []
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with contextlib.closing(grader), ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(grader.grade, s) for s in subs]
         try:
             for n, fut in enumerate(as_completed(futures), start=1):
                 row = fut.result()
                 rows.append(row)
-                _write_atomic(json_path(out, row), json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n")
+                report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
+                _write_atomic(json_path(out, row), report)
                 score = f"{_num(row.score)}/{_num(row.max_score)}" if row.max_score is not None else "-"
                 print(f"[{n}/{len(subs)}] {row.student} {row.notebook}: {score} {row.status}",
                       file=sys.stderr, flush=True)
