@@ -32,7 +32,9 @@ The tests come from the course, never from the submission. For a submission of e
    lost or renamed) or duplicated scores 0 with a reason. Cells moved around are run in the
    course's order, so reordering changes no score (the report notes it).
 2. The plan runs in a fresh Jupyter kernel (this Python's ipykernel), its own process in
-   its own session, started in an empty temporary folder, with a per-cell time limit
+   its own session, started in an empty temporary folder (on Linux forked from a zygote that
+   imported torch once, so a kernel is ready at once; ``POSENC_GRADE_FORK=0`` or another OS
+   starts each from scratch with jupyter_client), with a per-cell time limit
    (``--timeout``) and a per-notebook one (``--notebook-timeout``). A cell over its limit is
    interrupted; a kernel that does not stop, or dies (``os._exit``, a segfault), is killed
    (SIGKILL to its process group) and the plan reruns in a new kernel without that cell.

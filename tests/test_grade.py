@@ -11,6 +11,7 @@ import copy
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -364,6 +365,22 @@ def test_the_notebook_time_limit_stops_a_slow_notebook_and_force_replaces_grades
     report = json.loads((out / SUBJECT / f"{SUBJECT}.json").read_text())
     assert report["score"] == 0 and "6 s time limit" in report["reason"]
     assert (out / "grades.csv").read_text().startswith("student,notebook,score,max_score,")
+
+
+def test_cold_started_kernels_grade_the_same(tmp_path):
+    """POSENC_GRADE_FORK=0: each kernel a new process from jupyter_client (the path off Linux)."""
+    for student, edit in (("good", VARIANTS["good"]), ("os_exit", VARIANTS["os_exit"])):
+        (tmp_path / "class" / student).mkdir(parents=True)
+        nbformat.write(_variant(edit), tmp_path / "class" / student / f"{SUBJECT}.ipynb")
+    result = subprocess.run([*GRADE, "--jobs", "2", "--out", str(tmp_path / "out"), str(tmp_path / "class")],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "POSENC_GRADE_FORK": "0"})
+    assert result.returncode == 0, result.stderr
+    good = json.loads((tmp_path / "out" / "good" / f"{SUBJECT}.json").read_text())
+    assert good["score"] == good["max_score"] > 0
+    crashed = json.loads((tmp_path / "out" / "os_exit" / f"{SUBJECT}.json").read_text())
+    assert "crashed the kernel" in _tasks(crashed)[TASK]["feedback"]
+    _other_tasks_full(crashed)
 
 
 @pytest.mark.parametrize(("args", "status", "words"), [
