@@ -1422,8 +1422,11 @@ _ORDER_CASES = [(scheme, layers) for layers in (1, 2)
 _ORDER_TOKENS = (0, 5, 7, 3, 9, 4)
 
 
+@functools.lru_cache(maxsize=64)
 def _order_sensitive(scheme: str, num_layers: int, last_only: bool = True) -> bool:
-    """Does swapping tokens 1 and 2 change the untrained model's logits (at the last position)?"""
+    """Does swapping tokens 1 and 2 change the untrained model's logits (at the last position)?
+
+    Deterministic (seeded, no learner code), so each answer is computed once per process."""
     from .model import TinyDecoder
 
     with torch.random.fork_rng():
