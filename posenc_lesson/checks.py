@@ -330,6 +330,8 @@ def _type_text(out: Any) -> str:
         return f"a {out['type']}"
     if isinstance(out, Tensor):
         return f"a {out.dtype} tensor"
+    if out is None:
+        return "None (is a `return` missing?)"
     return f"a {type(out).__name__}"
 
 
@@ -392,6 +394,10 @@ def _tensor_judge(reference: Callable[..., Tensor], mistakes: list[_Mistake], na
             return fraction, _feedback(
                 f"wrong shape for {case}: expected {tuple(refs[n].shape)}, got {tuple(got[n].shape)}.",
                 hint)
+        if not torch.isfinite(got[n]).all():
+            return fraction, _feedback(
+                f"your output for {case} contains NaN or infinity (a division by zero, or a "
+                f"softmax over a row that is all -inf?).", hint)
         if symptom is not None:
             for m in failing:
                 said = symptom(got[m], cases[m]) if got[m] is not None else None

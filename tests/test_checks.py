@@ -385,3 +385,9 @@ def test_outputs_of_leaves_the_global_random_state_alone():
     torch.manual_seed(123)
     outputs_of("04_learned_embedding", fn)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_missing_return_and_nan_get_their_own_messages():
+    assert "is a `return` missing?" in _grade("02_wavelengths", lambda d: None)[2]
+    nan = _grade("02_wavelengths", lambda d: torch.full((d // 2,), float("nan")))[2]
+    assert "contains NaN or infinity" in nan
