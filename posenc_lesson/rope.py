@@ -55,20 +55,23 @@ def _angles(positions: Tensor, head_dim: int, base: float) -> Tensor:
     return positions.to(torch.float64)[:, None] * theta[None, :]  # (T, Dh/2)
 
 
-@lru_cache(maxsize=32)
-def _cos_sin_default(t: int, head_dim: int, base: float, device: torch.device,
-                     dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos and sin of the angles for positions 0 .. t-1, cached per shape, base, device, dtype."""
-    angle = _angles(torch.arange(t, device=device), head_dim, base)  # (T, Dh/2)
-    return angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
+def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, ...]:
+    """What apply_rope multiplies by, from the angles m * theta_i, (T, Dh/2) in float64.
+
+    interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2);
+    half:        cos for both halves (T, Dh), then -sin and sin, (T, Dh/2) each.
+    """
+    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
+    if layout == "interleaved":
+        return (torch.complex(cos, sin),)  # (T, Dh/2) complex
+    return torch.cat((cos, cos), dim=-1), -sin, sin  # (T, Dh), (T, Dh/2), (T, Dh/2)
 
 
-def _cos_sin(positions: Tensor | None, t: int, head_dim: int, base: float,
-             device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    if positions is None:
-        return _cos_sin_default(t, head_dim, base, device, dtype)
-    angle = _angles(positions.to(device), head_dim, base)  # (T, Dh/2)
-    return angle.cos().to(dtype), angle.sin().to(dtype)
+@lru_cache(maxsize=64)
+def _rotation_default(t: int, head_dim: int, base: float, layout: str, device: torch.device,
+                      dtype: torch.dtype) -> tuple[Tensor, ...]:
+    """_rotation for positions 0 .. t-1, cached per shape, base, layout, device and dtype."""
+    return _rotation(_angles(torch.arange(t, device=device), head_dim, base), layout, dtype)
 
 
 def _check_positions(positions: object, t: int) -> Tensor | None:
@@ -95,7 +98,7 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
     with (a, b) = (2i, 2i + 1) for layout="interleaved" and (i, i + Dh/2) for "half".
     The angles are formed in float64 and applied in float32 (float64 for float64 input),
     whatever x's dtype: in bf16 the angle 8000 * theta_0 is only known to within 32 rad.
-    cos/sin for the default positions are cached per (T, Dh, base, device, dtype).
+    cos/sin for the default positions are cached per (T, Dh, base, layout, device, dtype).
 
     Args:
         x: (..., T, Dh) with Dh even, e.g. (B, H, T, Dh).
@@ -114,15 +117,27 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
     _check_layout(layout)
     positions = _check_positions(positions, t)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    cos, sin = _cos_sin(positions, t, head_dim, base, x.device, work)  # (T, Dh/2) each
-    xw = x.to(work)
-    if layout == "interleaved":
-        # (x_2i + i x_2i+1) * (cos + i sin): one fused complex multiply per pair
-        xc = torch.view_as_complex(xw.contiguous().unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
-        out = torch.view_as_real(xc * torch.complex(cos, sin)).flatten(-2)  # (..., T, Dh)
+    if positions is None:
+        rot = _rotation_default(t, head_dim, base, layout, x.device, work)
     else:
+        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, work)
+    # Each line below is one pass over x, with no temporaries beyond the output.
+    if layout == "interleaved":
+        # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
+        xw = x.to(work).contiguous()  # (..., T, Dh); a new tensor unless x is float32/64 already
+        xc = torch.view_as_complex(xw.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
+        out = torch.view_as_real(xc * rot[0] if xw is x else xc.mul_(rot[0])).flatten(-2)  # (..., T, Dh)
+    else:
+        cos2, neg_sin, sin = rot  # (T, Dh), (T, Dh/2), (T, Dh/2)
+        xw = x.to(work)  # (..., T, Dh)
         x1, x2 = xw.chunk(2, dim=-1)  # (..., T, Dh/2) each: the pair is (x1[i], x2[i])
-        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (..., T, Dh)
+        if torch.is_grad_enabled() and x.requires_grad:  # autograd does not pass through out=
+            out = torch.cat((x2 * neg_sin, x1 * sin), dim=-1)  # (..., T, Dh)
+        else:
+            out = torch.empty(xw.shape, dtype=work, device=x.device)  # (..., T, Dh)
+            torch.mul(x2, neg_sin, out=out[..., : head_dim // 2])  # -x_b sin
+            torch.mul(x1, sin, out=out[..., head_dim // 2:])  # x_a sin
+        out.addcmul_(xw, cos2)  # + (x_a, x_b) cos
     return out.to(x.dtype)
 
 
