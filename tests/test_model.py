@@ -11,6 +11,15 @@ from posenc_lesson.tasks import BOS, IGNORE, SEP, copy_batch
 VOCAB = 12
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread is faster than two, and much faster on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def small(pos: str, **kw) -> TinyDecoder:
     return TinyDecoder(VOCAB, d_model=16, num_heads=2, num_layers=2, pos=pos, max_len=kw.pop("max_len", 32),
                        **kw).eval()

@@ -12,6 +12,15 @@ from posenc_lesson.train import evaluate, masked_loss, position_accuracy, train
 VOCAB = 10
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread is faster than two, and much faster on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny(pos: str = "rope") -> TinyDecoder:
     torch.manual_seed(0)
     return TinyDecoder(VOCAB, d_model=32, num_heads=2, num_layers=2, pos=pos, max_len=32)
@@ -77,3 +86,43 @@ def test_masked_loss_ignores_minus_100():
     expected = torch.nn.functional.cross_entropy(torch.stack([logits[0, 1], logits[1, 0]]),
                                                  torch.tensor([4, 1]))
     torch.testing.assert_close(masked_loss(logits, targets), expected)
+
+
+def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_path, monkeypatch):
+    from posenc_lesson import experiments
+
+    config = experiments.LabConfig(train_length=3, eval_lengths=(2, 4, 6), d_model=16, num_heads=2,
+                                   num_layers=1, steps=5, batch_size=4, eval_batches=1, eval_batch_size=4,
+                                   seeds=(0, 1), schemes=("learned", "alibi"))
+    path = tmp_path / "results.csv"
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = experiments.run_lab(config, csv_path=path, progress=False, threads=1)
+        assert torch.get_num_threads() == 2  # run_lab puts the thread count back
+    finally:
+        torch.set_num_threads(before)
+    assert path.read_text().splitlines()[0] == ",".join(experiments.CSV_COLUMNS)
+    rows = experiments.read_csv(path)
+    assert rows == result.rows
+    assert [(r["scheme"], r["seed"], r["length"]) for r in rows] == [
+        (s, seed, n) for seed in (0, 1) for s in ("learned", "alibi") for n in (2, 4, 6)]
+    assert all(r["train_length"] == 3 for r in rows)
+    assert all(0.0 <= r["exact_match"] <= r["token_accuracy"] <= 1.0 for r in rows)
+    # the learned table has rows for the longest test sequence, 2 * 6 + 2
+    assert result.models["learned", 0].pos_embed.max_len == 14
+    monkeypatch.setenv("POSENC_FAST", "1")
+    assert experiments.config_from_env() is experiments.FAST
+    monkeypatch.setenv("POSENC_FAST", "0")
+    assert experiments.config_from_env() is experiments.FULL
+
+
+def test_lab_results_csv_in_the_repository_is_a_full_lab_run():
+    """notebooks/07_results.csv is what `make experiments` writes: every scheme at every length."""
+    from posenc_lesson import experiments
+
+    rows = experiments.read_csv(experiments.RESULTS_CSV)
+    full = experiments.FULL
+    assert {(r["scheme"], r["seed"], r["length"]) for r in rows} == {
+        (s, seed, n) for s in full.schemes for seed in full.seeds for n in full.eval_lengths}
+    assert all(r["train_length"] == full.train_length for r in rows)
