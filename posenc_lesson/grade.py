@@ -232,7 +232,8 @@ def read_and_match(sub: Submission, exercises: dict[str, Exercise]) -> None:
             raise ValueError(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
         with open(sub.path, "rb") as f:
             sub.nb = nbformat.reads(f.read().decode("utf-8"), as_version=4)
-        if not isinstance(sub.nb.get("cells"), list):
+        cells = sub.nb.get("cells")
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
             raise ValueError("it has no list of cells")
     except Exception as exc:  # any broken file must become a row, not a crash
         sub.problem = f"unreadable: not a notebook the grader can read ({_short(exc)})"
@@ -648,9 +649,11 @@ class Grader:
         else:
             try:
                 self._grade(sub, row, t0)
-            except InfrastructureError as exc:
-                row.status, row.reasons = "grader-error", [str(exc)]
-                row.tasks = [self._zero(t, f"not graded: {exc}") for t in self.exercises[sub.exercise].tasks]
+            except Exception as exc:  # a bug or a broken machine must cost one row, not the batch
+                why = str(exc) if isinstance(exc, InfrastructureError) else \
+                    f"the grader failed: {_short(exc)}"
+                row.status, row.reasons = "grader-error", [why]
+                row.tasks = [self._zero(t, f"not graded: {why}") for t in self.exercises[sub.exercise].tasks]
         row.seconds = time.monotonic() - t0
         return row
 

@@ -21,6 +21,8 @@ import pytest
 
 from posenc_lesson import checks
 
+pytestmark = pytest.mark.slow  # kernels: about a minute in all
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
@@ -187,6 +189,9 @@ def graded(tmp_path_factory):
     nbformat.write(_variant(_no_metadata), klass / "unmatched" / "homework.ipynb")
     (klass / "unreadable").mkdir()
     (klass / "unreadable" / f"{SUBJECT}.ipynb").write_text('{"cells": [ this is not json')
+    (klass / "malformed").mkdir()
+    (klass / "malformed" / f"{SUBJECT}.ipynb").write_text(
+        '{"cells": ["a string, not a cell"], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     for who, folder in (("solutions", SOLUTIONS), ("blank", EXERCISES)):
         (klass / who).mkdir()
         for nb in folder.glob("*.ipynb"):
@@ -260,7 +265,8 @@ def test_grades_csv_has_one_row_per_student_and_notebook_and_a_column_per_task(g
         assert (good[task_id] != "") == (task_id in own), task_id  # empty where not applicable
     assert float(good["score"]) == float(good["max_score"]) == sum(float(good[t]) for t in own)
     students = {s for s, _ in graded["rows"]}
-    assert students == set(VARIANTS) | {"solutions", "blank", "renamed_file", "unmatched", "unreadable"}
+    assert students == set(VARIANTS) | {"solutions", "blank", "renamed_file", "unmatched", "unreadable",
+                                        "malformed"}
 
 
 def test_json_report_keys(graded):
@@ -340,8 +346,9 @@ def test_matching_by_metadata_then_file_name(graded):
     assert graded["rows"][("unmatched", "homework")]["score"] == "0"
 
 
-def test_an_unreadable_file_gets_a_row_not_a_crash(graded):
-    report = graded["reports"][("unreadable", SUBJECT)]
+@pytest.mark.parametrize("student", ["unreadable", "malformed"])
+def test_a_broken_file_gets_a_row_not_a_crash(graded, student):
+    report = graded["reports"][(student, SUBJECT)]
     assert report["status"] == "unreadable" and report["score"] == 0
 
 

@@ -24,8 +24,6 @@ SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 ASSIGNMENT = "exercises"
 STUB = 'raise NotImplementedError("Your code here: replace this line (see the hint above).")'
-# nbgrader computes these itself when it releases an assignment; the contract keeps them out
-NBGRADER_COMPUTED = {"checksum", "cell_type"}
 
 CONFIG = """\
 c = get_config()
@@ -83,24 +81,15 @@ def _stems(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.ipynb"))
 
 
-def _cells(path: Path) -> list[tuple]:
-    nb = nbformat.read(path, as_version=4)
-    cells = []
-    for cell in nb.cells:
-        meta = dict(cell.metadata)
-        nbg = {k: v for k, v in meta.pop("nbgrader", {}).items() if k not in NBGRADER_COMPUTED}
-        outputs = cell.get("outputs", [])
-        cells.append((cell.cell_type, cell.source.rstrip("\n"), nbg, meta, outputs))
-    return cells
-
-
 def test_generate_assignment_gives_the_committed_exercises(courses):
+    """Same cells (types, sources, ids, outputs, all metadata: nbgrader's checksums included)."""
     assert _stems(courses["release"]) == _stems(EXERCISES) == _stems(SOLUTIONS)
     for stem in _stems(EXERCISES):
-        released = _cells(courses["release"] / f"{stem}.ipynb")
-        ours = _cells(EXERCISES / f"{stem}.ipynb")
-        assert len(released) == len(ours), stem
-        for i, (a, b) in enumerate(zip(released, ours, strict=True)):
+        released = nbformat.read(courses["release"] / f"{stem}.ipynb", as_version=4)
+        ours = nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
+        assert released.metadata == ours.metadata, stem
+        assert len(released.cells) == len(ours.cells), stem
+        for i, (a, b) in enumerate(zip(released.cells, ours.cells, strict=True)):
             assert a == b, f"{stem} cell {i}:\nnbgrader: {a}\nexercises/: {b}"
 
 
