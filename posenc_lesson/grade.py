@@ -50,8 +50,13 @@ The tests come from the course, never from the submission. For a submission of e
    it. An answer that calls the library's own implementation of the task scores 0
    (``outputs_of`` records the call).
 
+``--jobs N`` grades N submissions at once: N threads here, each driving its own kernel.
+
 What this does not do: it isolates the *scores*, not the machine. The learner's code runs
 with your user's rights; grade untrusted classes in a container or a throw-away account.
+And the outputs are taken inside the learner's kernel: a learner who sets out to rewrite the
+grader's own kernel-side code (``_grade_kernel``) could hand it made-up outputs. What comes
+back is only ever data, so that could fake a score, never run code in the grader.
 """
 
 from __future__ import annotations
