@@ -411,3 +411,22 @@ def test_usage_and_infrastructure_errors_exit_nonzero(tmp_path, capsys, args, st
     stderr = capsys.readouterr().err
     assert returned == status, stderr
     assert words in stderr
+
+
+def test_discovery_layouts_and_a_notebook_sent_twice(tmp_path):
+    """<folder>/<student>/<nb>, nbgrader's <folder>/<student>/<assignment>/<nb>, two copies of one."""
+    good = _variant(lambda nb: None)
+    for path in (tmp_path / "class" / "alice" / f"{SUBJECT}.ipynb",
+                 tmp_path / "class" / "alice" / f"{SUBJECT}-Copy1.ipynb",
+                 tmp_path / "class" / "bob" / "exercises" / f"{SUBJECT}.ipynb",
+                 tmp_path / "class" / "bob" / ".ipynb_checkpoints" / f"{SUBJECT}-checkpoint.ipynb"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(good, path)
+    subs, warnings = grade.discover([tmp_path / "class"])
+    exercises = grade.load_exercises(SOLUTIONS, set(checks.TASKS))
+    for sub in subs:
+        grade.read_and_match(sub, exercises)
+    grade.label_rows(subs)
+    assert sorted((s.student, s.notebook, s.exercise) for s in subs) == [
+        ("alice", SUBJECT, SUBJECT), ("alice", f"{SUBJECT}-Copy1", SUBJECT), ("bob", SUBJECT, SUBJECT)]
+    assert warnings == []
