@@ -126,3 +126,14 @@ def test_lab_results_csv_in_the_repository_is_a_full_lab_run():
     assert {(r["scheme"], r["seed"], r["length"]) for r in rows} == {
         (s, seed, n) for s in full.schemes for seed in full.seeds for n in full.eval_lengths}
     assert all(r["train_length"] == full.train_length for r in rows)
+
+
+def test_training_leaves_learned_rows_past_the_training_length_exactly_as_initialised():
+    """The lab's claim about the learned table: rows 0 .. 2L get gradients; rows from 2L + 1 on
+    (the last token of the longest sequence predicts nothing) stay bit for bit at their initial values."""
+    model = tiny("learned")
+    initial = model.pos_embed.table.detach().clone()
+    train(model, batches((1, 4)), steps=30, seed=0, progress=False)  # T <= 2 * 4 + 2 = 10
+    table = model.pos_embed.table.detach()
+    assert torch.equal(table[9:], initial[9:])
+    assert not torch.equal(table[8], initial[8])
