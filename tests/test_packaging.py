@@ -46,3 +46,16 @@ def test_readme_opens_with_the_two_commands():
 
 def test_ci_runs_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_counts_the_exercise_tasks_truthfully():
+    from posenc_lesson.checks import TASKS
+
+    points = sum(t.points for t in TASKS.values())
+    assert f"({len(TASKS)} tasks, {points} points in all)" in (ROOT / "README.md").read_text()
+
+
+def test_readme_lists_every_lesson_notebook():
+    readme = (ROOT / "README.md").read_text()
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        assert f"**{nb.stem[:2]} · " in readme, f"README's lesson list misses {nb.name}"
