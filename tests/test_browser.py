@@ -275,14 +275,21 @@ def _wait_for_widgets(page, name: str) -> dict:
 
 
 def _move_first_slider(page, view, name: str, k: int) -> None:
-    """ArrowRight on the first slider of explorer k; its figure must change."""
+    """ArrowRight (ArrowLeft at the maximum) on the first slider of explorer k: its figure must change."""
     where = f"{name}, explorer {k} (cell index {_cell_index(view)})"
     before = view.evaluate(FIGURE_JS)
     assert before, f"{where}: no figure in the explorer before moving the slider"
     view.scroll_into_view_if_needed()
     handle = view.locator(".noUi-handle").first
+    readout = view.locator(".widget-readout").first
+    value = readout.inner_text()
     handle.focus()
     page.keyboard.press("ArrowRight")
+    moved_by = time.monotonic() + 3
+    while readout.inner_text() == value and time.monotonic() < moved_by:
+        time.sleep(0.1)
+    if readout.inner_text() == value:  # the slider starts at its maximum: step down instead
+        page.keyboard.press("ArrowLeft")
     deadline = time.monotonic() + REDRAW_TIMEOUT_S
     while True:
         after = view.evaluate(FIGURE_JS)
@@ -290,7 +297,7 @@ def _move_first_slider(page, view, name: str, k: int) -> None:
             return
         if time.monotonic() > deadline:
             pytest.fail(f"{where}: the figure did not change within {REDRAW_TIMEOUT_S} s "
-                        "after ArrowRight on its first slider")
+                        "after moving its first slider one step")
         time.sleep(0.25)
 
 
