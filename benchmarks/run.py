@@ -686,10 +686,10 @@ def main() -> None:
                  "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     if "rope" not in skip:
         res["rope"] = bench_rope(args, log)
-        plot_rope(res["rope"], HERE / "rope.png")
+        plot_rope(res["rope"], args.out.parent / "rope.png")
     if "alibi" not in skip:
         res["alibi"] = bench_alibi(args, log)
-        res["alibi"]["memory"] = plot_alibi_memory(HERE / "alibi_memory.png")
+        res["alibi"]["memory"] = plot_alibi_memory(args.out.parent / "alibi_memory.png")
     if "sinusoidal" not in skip:
         res["sinusoidal"] = bench_sinusoidal(args, log)
     if "notebooks" not in skip:
