@@ -67,7 +67,7 @@ def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, .
     return torch.cat((cos, cos), dim=-1), -sin, sin  # (T, Dh), (T, Dh/2), (T, Dh/2)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=32)
 def _rotation_default(t: int, head_dim: int, base: float, layout: str, device: torch.device,
                       dtype: torch.dtype) -> tuple[Tensor, ...]:
     """_rotation for positions 0 .. t-1, cached per shape, base, layout, device and dtype."""
