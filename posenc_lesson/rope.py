@@ -121,12 +121,14 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
         rot = _rotation_default(t, head_dim, base, layout, x.device, work)
     else:
         rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, work)
-    # Each line below is one pass over x, with no temporaries beyond the output.
+    # Speed: each step below is one pass over x, and nothing is allocated but the output
+    # (and x in float32 when it is stored in bf16/fp16).
     if layout == "interleaved":
         # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
         xw = x.to(work).contiguous()  # (..., T, Dh); a new tensor unless x is float32/64 already
         xc = torch.view_as_complex(xw.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
-        out = torch.view_as_real(xc * rot[0] if xw is x else xc.mul_(rot[0])).flatten(-2)  # (..., T, Dh)
+        xc = xc * rot[0] if xw is x else xc.mul_(rot[0])  # in place when xw is our own copy
+        out = torch.view_as_real(xc).flatten(-2)  # (..., T, Dh)
     else:
         cos2, neg_sin, sin = rot  # (T, Dh), (T, Dh/2), (T, Dh/2)
         xw = x.to(work)  # (..., T, Dh)
