@@ -8,3 +8,12 @@ import torch
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one thread is faster than two, and much faster on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -11,13 +11,7 @@ from posenc_lesson.tasks import BOS, IGNORE, SEP, copy_batch
 VOCAB = 12
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread is faster than two, and much faster on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def small(pos: str, **kw) -> TinyDecoder:

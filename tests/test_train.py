@@ -12,13 +12,7 @@ from posenc_lesson.train import evaluate, masked_loss, position_accuracy, train
 VOCAB = 10
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread is faster than two, and much faster on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny(pos: str = "rope") -> TinyDecoder:
