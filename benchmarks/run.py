@@ -615,7 +615,8 @@ def slowest_vs_hf(rows: list[dict]) -> str:
               if r["dtype"] == "bfloat16"]
     slower = [q for q in ratios if q > 1]
     if not slower:
-        return "faster too"
+        return (f"faster at every size measured (HF-style takes {1 / max(ratios):.2f}× to "
+                f"{1 / min(ratios):.2f}× the library's time)")
     return (f"slower in {len(slower)} of {len(ratios)} sizes, by up to {max(slower):.2f}× "
             "(the goal 'always faster than HF-style' is missed there)")
 
@@ -630,8 +631,9 @@ def rope_notes(rope: dict) -> str:
 
     return (
         "**How the library gets there** (`posenc_lesson/rope.py`): the rotation factors are cached "
-        "per (T, Dh, base, layout, device, dtype); the interleaved layout is one complex multiply "
-        "per pair, `view_as_complex(x) * e^(i m θ)`, one pass over x; the half layout writes "
+        "per (T, Dh, base, layout, device, dtype); the interleaved layout in float32 is one complex "
+        "multiply per pair, `view_as_complex(x) * e^(i m θ)`, one pass over x; the half layout "
+        "(and bf16 in either layout) writes "
         "`(−x_b sin, x_a sin)` into one preallocated output with `torch.mul(..., out=)` and adds "
         "`(x_a, x_b) cos` in place with `addcmul_`: two passes, no temporaries (under autograd a "
         "`cat` replaces `out=`). In bytes moved that is 1× and 2.5× the clone.\n\n"
@@ -648,15 +650,15 @@ def rope_notes(rope: dict) -> str:
         "the rotated halves, a multiply then two in-place halves, a (…, 2, Dh/2) view) were 4 % to "
         "2× slower. The fused kernel column (torch.compile of the bare rotation) shows the one-pass "
         f"floor: {worst('float32', 'fused kernel half', False)}.\n"
-        "- *bfloat16*: the library promises float32 arithmetic for every input dtype (in bf16 the "
-        "angle 8000·θ₀ is only known to within 32 rad; `tests/test_rope.py` pins the accuracy), so "
-        "eager PyTorch converts x to float32 and the result back: two more passes, over wider data "
-        "(ops that mix bf16 and float32 operands take PyTorch's slower casting loops: measured no "
-        "faster). The HF-style code "
-        "does its arithmetic in bf16 itself (cos/sin rounded to bf16, every product rounded), "
-        "cheaper per byte and less accurate; against it the library is faster for the interleaved "
-        f"layout and, for the half layout, {slowest_vs_hf(rows)}. A fused kernel does the "
-        "float32 arithmetic in one pass "
+        "- *bfloat16*: the angles are formed in float64 and cos/sin rounded to bf16 once (in bf16 "
+        "the angle 8000·θ₀ itself would be off by up to 32 rad; `tests/test_rope.py` pins the "
+        "accuracy); the rotation then runs in bf16, in the same two passes as the float32 half "
+        "layout (`out=` then `addcmul_`; there is no complex bf16 on the CPU), with no conversion "
+        "passes. Against the clone floor bf16 still loses more than float32: PyTorch's CPU bf16 "
+        "elementwise loops widen every element to float32 and back inside the loop, so they are "
+        "compute-bound, not memory-bound. Against the HF-style code (the same arithmetic in four "
+        f"passes and a `cat`) the library's half layout is {slowest_vs_hf(rows)}. A fused kernel "
+        "does it in one pass "
         f"({worst('bfloat16', 'fused kernel half', False)} in DRAM for the half layout).\n"
         "- *torch.compile of `apply_rope` itself* is slower than eager here: dynamo ignores the "
         "`lru_cache` and traces the cached function, so the compiled graph recomputes the float64 "

@@ -26,6 +26,7 @@ from torch import Tensor
 from . import _checks
 
 LAYOUTS = ("interleaved", "half")
+_COMPLEX_OK = (torch.float32, torch.float64)  # dtypes view_as_complex accepts
 _WHY_EVEN = "RoPE rotates channels in pairs"
 
 
@@ -58,13 +59,17 @@ def _angles(positions: Tensor, head_dim: int, base: float) -> Tensor:
 def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, ...]:
     """What apply_rope multiplies by, from the angles m * theta_i, (T, Dh/2) in float64.
 
-    interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2);
-    half:        cos for both halves (T, Dh), then -sin and sin, (T, Dh/2) each.
+    float32/float64, interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2).
+    otherwise: cos spread over both channels of each pair (T, Dh), then -sin and sin (T, Dh/2).
     """
     cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
-    if layout == "interleaved":
+    if layout == "interleaved" and dtype in _COMPLEX_OK:
         return (torch.complex(cos, sin),)  # (T, Dh/2) complex
-    return torch.cat((cos, cos), dim=-1), -sin, sin  # (T, Dh), (T, Dh/2), (T, Dh/2)
+    if layout == "interleaved":
+        cos2 = cos.repeat_interleave(2, dim=-1)  # (T, Dh): cos_0, cos_0, cos_1, cos_1, ...
+    else:
+        cos2 = torch.cat((cos, cos), dim=-1)  # (T, Dh): cos_0 .. cos_(Dh/2-1), twice
+    return cos2, -sin, sin  # (T, Dh), (T, Dh/2), (T, Dh/2)
 
 
 @lru_cache(maxsize=32)
@@ -96,9 +101,11 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
         x'_b = x_a sin(m theta_i) + x_b cos(m theta_i),   theta_i = base ** (-2i / Dh)
 
     with (a, b) = (2i, 2i + 1) for layout="interleaved" and (i, i + Dh/2) for "half".
-    The angles are formed in float64 and applied in float32 (float64 for float64 input),
-    whatever x's dtype: in bf16 the angle 8000 * theta_0 is only known to within 32 rad.
-    cos/sin for the default positions are cached per (T, Dh, base, layout, device, dtype).
+    Precision: the angles m * theta_i are always formed in float64 (in bf16 the angle
+    8000 * theta_0 would only be known to within 32 rad), then cos and sin are rounded once to
+    x's dtype and the rotation runs in x's dtype, as production kernels do: for bf16 input each
+    output entry carries a few bf16 roundings, never a wrong angle. cos/sin for the default
+    positions are cached per (T, Dh, base, layout, device, dtype).
 
     Args:
         x: (..., T, Dh) with Dh even, e.g. (B, H, T, Dh).
@@ -116,31 +123,36 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
     base = _checks.positive_float("base", base)
     _check_layout(layout)
     positions = _check_positions(positions, t)
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
     if positions is None:
-        rot = _rotation_default(t, head_dim, base, layout, x.device, work)
+        rot = _rotation_default(t, head_dim, base, layout, x.device, x.dtype)
     else:
-        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, work)
-    # Speed: each step below is one pass over x, and nothing is allocated but the output
-    # (and x in float32 when it is stored in bf16/fp16).
-    if layout == "interleaved":
+        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, x.dtype)
+    # Speed: each step below is one pass over x, and nothing is allocated but the output.
+    if len(rot) == 1:
         # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
-        xw = x.to(work).contiguous()  # (..., T, Dh); a new tensor unless x is float32/64 already
-        xc = torch.view_as_complex(xw.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
-        xc = xc * rot[0] if xw is x else xc.mul_(rot[0])  # in place when xw is our own copy
-        out = torch.view_as_real(xc).flatten(-2)  # (..., T, Dh)
+        xc = x.contiguous()  # (..., T, Dh)
+        if xc.storage_offset() % 2:  # view_as_complex needs pairs aligned in storage
+            xc = xc.clone()
+        xc = torch.view_as_complex(xc.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
+        return torch.view_as_real(xc * rot[0]).flatten(-2)  # (..., T, Dh)
+    cos2, neg_sin, sin = rot  # (T, Dh), (T, Dh/2), (T, Dh/2)
+    h = head_dim // 2
+    if layout == "half":
+        x_a, x_b = x[..., :h], x[..., h:]  # (..., T, Dh/2) each: the pair is (x_a[i], x_b[i])
     else:
-        cos2, neg_sin, sin = rot  # (T, Dh), (T, Dh/2), (T, Dh/2)
-        xw = x.to(work)  # (..., T, Dh)
-        x1, x2 = xw.chunk(2, dim=-1)  # (..., T, Dh/2) each: the pair is (x1[i], x2[i])
-        if torch.is_grad_enabled() and x.requires_grad:  # autograd does not pass through out=
-            out = torch.cat((x2 * neg_sin, x1 * sin), dim=-1)  # (..., T, Dh)
+        x_a, x_b = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2) each
+    if torch.is_grad_enabled() and x.requires_grad:  # autograd does not pass through out=
+        if layout == "half":
+            out = torch.cat((x_b * neg_sin, x_a * sin), dim=-1)  # (..., T, Dh)
         else:
-            out = torch.empty(xw.shape, dtype=work, device=x.device)  # (..., T, Dh)
-            torch.mul(x2, neg_sin, out=out[..., : head_dim // 2])  # -x_b sin
-            torch.mul(x1, sin, out=out[..., head_dim // 2:])  # x_a sin
-        out.addcmul_(xw, cos2)  # + (x_a, x_b) cos
-    return out.to(x.dtype)
+            out = torch.stack((x_b * neg_sin, x_a * sin), dim=-1).flatten(-2)  # (..., T, Dh)
+    else:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (..., T, Dh)
+        out_a, out_b = (out[..., :h], out[..., h:]) if layout == "half" else (out[..., 0::2],
+                                                                              out[..., 1::2])
+        torch.mul(x_b, neg_sin, out=out_a)  # -x_b sin
+        torch.mul(x_a, sin, out=out_b)  # x_a sin
+    return out.addcmul_(x, cos2)  # + (x_a, x_b) cos
 
 
 def rope_rotation_matrix(position: int, head_dim: int, base: float = 10_000.0) -> Tensor:
