@@ -59,17 +59,13 @@ def _angles(positions: Tensor, head_dim: int, base: float) -> Tensor:
 def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, ...]:
     """What apply_rope multiplies by, from the angles m * theta_i, (T, Dh/2) in float64.
 
-    float32/float64, interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2).
-    otherwise: cos spread over both channels of each pair (T, Dh), then -sin and sin (T, Dh/2).
+    interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2).
+    half:        cos for both halves, and (-sin, sin), (T, Dh) each.
     """
     cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
-    if layout == "interleaved" and dtype in _COMPLEX_OK:
-        return (torch.complex(cos, sin),)  # (T, Dh/2) complex
     if layout == "interleaved":
-        cos2 = cos.repeat_interleave(2, dim=-1)  # (T, Dh): cos_0, cos_0, cos_1, cos_1, ...
-    else:
-        cos2 = torch.cat((cos, cos), dim=-1)  # (T, Dh): cos_0 .. cos_(Dh/2-1), twice
-    return cos2, -sin, sin  # (T, Dh), (T, Dh/2), (T, Dh/2)
+        return (torch.complex(cos, sin),)  # (T, Dh/2) complex
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)  # (T, Dh) each
 
 
 @lru_cache(maxsize=32)
@@ -102,10 +98,11 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
 
     with (a, b) = (2i, 2i + 1) for layout="interleaved" and (i, i + Dh/2) for "half".
     Precision: the angles m * theta_i are always formed in float64 (in bf16 the angle
-    8000 * theta_0 would only be known to within 32 rad), then cos and sin are rounded once to
-    x's dtype and the rotation runs in x's dtype, as production kernels do: for bf16 input each
-    output entry carries a few bf16 roundings, never a wrong angle. cos/sin for the default
-    positions are cached per (T, Dh, base, layout, device, dtype).
+    8000 * theta_0 would only be known to within 32 rad). The interleaved layout rotates in
+    float32 or float64 (bf16/fp16 input is widened for the complex multiply and rounded back);
+    the half layout rotates in x's dtype with cos/sin rounded once to it, as Hugging Face's
+    code does. cos/sin for the default positions are cached per (T, Dh, base, layout, device,
+    dtype).
 
     Args:
         x: (..., T, Dh) with Dh even, e.g. (B, H, T, Dh).
@@ -123,35 +120,32 @@ def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_0
     base = _checks.positive_float("base", base)
     _check_layout(layout)
     positions = _check_positions(positions, t)
+    # complex numbers need float32/64, so the interleaved layout widens bf16/fp16 input
+    work = x.dtype if x.dtype in _COMPLEX_OK or layout == "half" else torch.float32
     if positions is None:
-        rot = _rotation_default(t, head_dim, base, layout, x.device, x.dtype)
+        rot = _rotation_default(t, head_dim, base, layout, x.device, work)
     else:
-        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, x.dtype)
+        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, work)
     # Speed: each step below is one pass over x, and nothing is allocated but the output.
-    if len(rot) == 1:
+    if layout == "interleaved":
         # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
-        xc = x.contiguous()  # (..., T, Dh)
-        if xc.storage_offset() % 2:  # view_as_complex needs pairs aligned in storage
-            xc = xc.clone()
-        xc = torch.view_as_complex(xc.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
-        return torch.view_as_real(xc * rot[0]).flatten(-2)  # (..., T, Dh)
-    cos2, neg_sin, sin = rot  # (T, Dh), (T, Dh/2), (T, Dh/2)
+        xw = x.to(work).contiguous()  # (..., T, Dh); our own copy unless x is float32/64 already
+        if xw.storage_offset() % 2:  # view_as_complex needs pairs aligned in storage
+            xw = xw.clone()
+        xc = torch.view_as_complex(xw.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
+        xc = xc * rot[0] if xw is x else xc.mul_(rot[0])  # in place when xw is our own copy
+        return torch.view_as_real(xc).flatten(-2).to(x.dtype)  # (..., T, Dh)
+    cos2, sin2 = rot  # (T, Dh) each: (cos, cos) and (-sin, sin)
     h = head_dim // 2
-    if layout == "half":
-        x_a, x_b = x[..., :h], x[..., h:]  # (..., T, Dh/2) each: the pair is (x_a[i], x_b[i])
-    else:
-        x_a, x_b = x[..., 0::2], x[..., 1::2]  # (..., T, Dh/2) each
-    if torch.is_grad_enabled() and x.requires_grad:  # autograd does not pass through out=
-        if layout == "half":
-            out = torch.cat((x_b * neg_sin, x_a * sin), dim=-1)  # (..., T, Dh)
-        else:
-            out = torch.stack((x_b * neg_sin, x_a * sin), dim=-1).flatten(-2)  # (..., T, Dh)
-    else:
+    x_a, x_b = x[..., :h], x[..., h:]  # (..., T, Dh/2) each: the pair is (x_a[i], x_b[i])
+    if x.dtype in _COMPLEX_OK and not (torch.is_grad_enabled() and x.requires_grad):
+        # float32/64: write (-x_b sin, x_a sin) straight into the output (autograd has no out=)
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (..., T, Dh)
-        out_a, out_b = (out[..., :h], out[..., h:]) if layout == "half" else (out[..., 0::2],
-                                                                              out[..., 1::2])
-        torch.mul(x_b, neg_sin, out=out_a)  # -x_b sin
-        torch.mul(x_a, sin, out=out_b)  # x_a sin
+        torch.mul(x_b, sin2[..., :h], out=out[..., :h])  # -x_b sin
+        torch.mul(x_a, sin2[..., h:], out=out[..., h:])  # x_a sin
+    else:
+        # rotate_half(x) * sin, with full-width rows: faster for bf16 on the CPU
+        out = torch.cat((x_b, x_a), dim=-1).mul_(sin2)  # (..., T, Dh)
     return out.addcmul_(x, cos2)  # + (x_a, x_b) cos
 
 

@@ -150,3 +150,17 @@ def test_convert_rope_weight_preserves_attention_scores():
     torch.testing.assert_close(back, w_q)
     # a mismatch (converted weights, wrong layout) changes the scores
     assert (scores(*conv, "interleaved") - ref).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rope_accepts_views_with_an_odd_storage_offset(layout):
+    x = torch.randn(4 * 8 + 1)[1:].view(4, 8)  # contiguous, but starts at storage offset 1
+    torch.testing.assert_close(apply_rope(x, layout=layout), apply_rope(x.clone(), layout=layout))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rope_gradients_flow_through_the_rotation(layout):
+    x = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
+    apply_rope(x, layout=layout).pow(2).sum().backward()
+    # a rotation keeps norms, so d/dx |R x|^2 = 2x
+    torch.testing.assert_close(x.grad, 2 * x.detach())
