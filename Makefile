@@ -39,7 +39,7 @@ lint: $(STAMP)
 test-lib test-notebooks: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS) tests
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile notebooks solutions
