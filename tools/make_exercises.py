@@ -61,42 +61,37 @@ def is_locked(cell: dict) -> bool:
     return is_grade(cell) or bool(_nbgrader(cell).get("locked", False))
 
 
-def replace_solution_regions(source: str, stub: str) -> tuple[str, bool]:
-    """Replace each BEGIN/END SOLUTION region by the stub, indented like its marker."""
+def _replace_regions(source: str, begin: str, end: str, stub: str | None) -> tuple[str, bool]:
+    """Replace each begin/end region (markers included) by ``stub``, indented like its begin
+    marker, or drop it when ``stub`` is None. Returns the new source and whether any region
+    was found."""
     out: list[str] = []
-    inside = replaced = False
+    inside = found = False
     for line in source.split("\n"):
-        if BEGIN_SOLUTION in line:
+        if begin in line:
             if inside:
-                raise ValueError(f"nested {BEGIN_SOLUTION!r} in:\n{source}")
-            inside = replaced = True
-            indent = re.match(r"\s*", line).group(0)
-            out.extend(indent + stub_line for stub_line in stub.split("\n"))
-        elif END_SOLUTION in line:
+                raise ValueError(f"nested {begin!r} in:\n{source}")
+            inside = found = True
+            if stub is not None:
+                indent = re.match(r"\s*", line).group(0)
+                out.extend(indent + stub_line for stub_line in stub.split("\n"))
+        elif end in line:
             inside = False
         elif not inside:
             out.append(line)
     if inside:
-        raise ValueError(f"{BEGIN_SOLUTION!r} without {END_SOLUTION!r} in:\n{source}")
-    return "\n".join(out), replaced
+        raise ValueError(f"{begin!r} without {end!r} in:\n{source}")
+    return "\n".join(out), found
+
+
+def replace_solution_regions(source: str, stub: str) -> tuple[str, bool]:
+    """Replace each BEGIN/END SOLUTION region by the stub, indented like its marker."""
+    return _replace_regions(source, BEGIN_SOLUTION, END_SOLUTION, stub)
 
 
 def remove_hidden_tests(source: str) -> str:
     """Drop each BEGIN/END HIDDEN TESTS region, markers included."""
-    out: list[str] = []
-    inside = False
-    for line in source.split("\n"):
-        if BEGIN_HIDDEN in line:
-            if inside:
-                raise ValueError(f"nested {BEGIN_HIDDEN!r} in:\n{source}")
-            inside = True
-        elif END_HIDDEN in line:
-            inside = False
-        elif not inside:
-            out.append(line)
-    if inside:
-        raise ValueError(f"{BEGIN_HIDDEN!r} without {END_HIDDEN!r} in:\n{source}")
-    return "\n".join(out)
+    return _replace_regions(source, BEGIN_HIDDEN, END_HIDDEN, None)[0]
 
 
 def checksum(cell: dict) -> str:
