@@ -14,6 +14,12 @@ Which channels form pair i is a *convention*, and checkpoints disagree:
     layout="half":        (a, b) = (i, i + Dh/2)  GPT-NeoX, Hugging Face LLaMA ("rotate_half")
 The two are the same rotation up to a fixed permutation of channels
 (``rope_layout_permutation``). Taught in notebooks/05_rope.ipynb.
+
+Three options of ``apply_rope`` serve checkpoints stretched past their training length
+(the frequencies themselves come from ``rope_scaling.scaled_rope_frequencies``):
+    frequencies      theta_i given, e.g. interpolated (PI, YaRN, Llama 3.1) or a new base (NTK)
+    rotary_dim       partial rotary: only the first rotary_dim channels turn (GPT-NeoX, GPT-J)
+    attention_scale  cos and sin multiplied by it, so q.k scales by its square (YaRN)
 """
 
 from __future__ import annotations
@@ -30,16 +36,28 @@ _COMPLEX_OK = (torch.float32, torch.float64)  # dtypes view_as_complex accepts
 _WHY_EVEN = "RoPE rotates channels in pairs"
 
 
-def rope_frequencies(head_dim: int, base: float = 10_000.0) -> Tensor:
+def _theta(head_dim: int, base: float, device: torch.device | None = None) -> Tensor:
+    """theta_i = base ** (-2i / head_dim) in float64: what apply_rope turns by. (Dh/2,)"""
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device)  # (Dh/2,)
+    return base ** (-two_i / head_dim)  # (Dh/2,)
+
+
+def rope_frequencies(head_dim: int, base: float = 10_000.0, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """theta_i = base ** (-2i / head_dim), i = 0 .. head_dim/2 - 1.
 
+    Formed in float64 and rounded once to ``dtype``. With dtype=torch.float64 these are, bit for
+    bit, the frequencies apply_rope uses by default, so ``apply_rope(x, frequencies=
+    rope_frequencies(Dh, dtype=torch.float64))`` equals ``apply_rope(x)`` exactly.
+
     Returns:
-        (head_dim // 2,) float32 tensor, from 1 down towards 1/base.
+        (head_dim // 2,) tensor of ``dtype`` (float32 by default), from 1 down towards 1/base.
     """
     head_dim = _checks.even_int("head_dim", head_dim, _WHY_EVEN)
     base = _checks.positive_float("base", base)
-    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64)  # (Dh/2,)
-    return (base ** (-two_i / head_dim)).float()  # (Dh/2,)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating-point torch.dtype such as torch.float32 or "
+                         f"torch.float64; got {dtype!r}")
+    return _theta(head_dim, base).to(dtype)  # (Dh/2,)
 
 
 def _check_layout(layout: object) -> str:
@@ -49,20 +67,21 @@ def _check_layout(layout: object) -> str:
     return layout  # type: ignore[return-value]
 
 
-def _angles(positions: Tensor, head_dim: int, base: float) -> Tensor:
+def _angles(positions: Tensor, theta: Tensor) -> Tensor:
     """m * theta_i in float64: exact enough at any position a model will see. (T, Dh/2)"""
-    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device)
-    theta = base ** (-two_i / head_dim)  # (Dh/2,)
-    return positions.to(torch.float64)[:, None] * theta[None, :]  # (T, Dh/2)
+    return positions.to(torch.float64)[:, None] * theta.to(torch.float64)[None, :]  # (T, Dh/2)
 
 
-def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, ...]:
+def _rotation(angle: Tensor, layout: str, dtype: torch.dtype, scale: float = 1.0) -> tuple[Tensor, ...]:
     """What apply_rope multiplies by, from the angles m * theta_i, (T, Dh/2) in float64.
 
-    interleaved: e^(i m theta_i) = cos + i sin as one complex tensor, (T, Dh/2).
-    half:        cos for both halves, and (-sin, sin), (T, Dh) each.
+    interleaved: scale * e^(i m theta_i) = scale * (cos + i sin) as one complex tensor, (T, Dh/2).
+    half:        scale * cos for both halves, and scale * (-sin, sin), (T, Dh) each.
     """
-    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)  # (T, Dh/2) each
+    cos, sin = angle.cos(), angle.sin()  # (T, Dh/2) each, float64
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    cos, sin = cos.to(dtype), sin.to(dtype)  # rounded once
     if layout == "interleaved":
         return (torch.complex(cos, sin),)  # (T, Dh/2) complex
     return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)  # (T, Dh) each
@@ -70,9 +89,10 @@ def _rotation(angle: Tensor, layout: str, dtype: torch.dtype) -> tuple[Tensor, .
 
 @lru_cache(maxsize=32)
 def _rotation_default(t: int, head_dim: int, base: float, layout: str, device: torch.device,
-                      dtype: torch.dtype) -> tuple[Tensor, ...]:
-    """_rotation for positions 0 .. t-1, cached per shape, base, layout, device and dtype."""
-    return _rotation(_angles(torch.arange(t, device=device), head_dim, base), layout, dtype)
+                      dtype: torch.dtype, scale: float = 1.0) -> tuple[Tensor, ...]:
+    """_rotation for positions 0 .. t-1 and the default theta, cached per argument."""
+    angle = _angles(torch.arange(t, device=device), _theta(head_dim, base, device))  # (T, Dh/2)
+    return _rotation(angle, layout, dtype, scale)
 
 
 def _check_positions(positions: object, t: int) -> Tensor | None:
@@ -89,64 +109,115 @@ def _check_positions(positions: object, t: int) -> Tensor | None:
     return positions
 
 
+def _check_rotary_dim(rotary_dim: object, head_dim: int) -> int:
+    if rotary_dim is None:
+        return _checks.even_int("x.shape[-1] (head_dim)", head_dim, _WHY_EVEN)
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or not 0 < rotary_dim <= head_dim:
+        raise ValueError(f"rotary_dim must be an integer in 1 .. head_dim = x.shape[-1] = {head_dim} (the "
+                         f"number of leading channels to rotate); got {rotary_dim!r}")
+    return _checks.even_int("rotary_dim", rotary_dim, _WHY_EVEN)
+
+
+def _check_frequencies(frequencies: object, rotary_dim: int) -> Tensor:
+    if not isinstance(frequencies, Tensor) or frequencies.dim() != 1 \
+            or frequencies.shape[0] != rotary_dim // 2:
+        got = tuple(frequencies.shape) if isinstance(frequencies, Tensor) else type(frequencies).__name__
+        raise ValueError(f"frequencies must be a tensor of shape (rotary_dim/2,) = ({rotary_dim // 2},), one "
+                         f"theta_i per rotated channel pair (rotary_dim = {rotary_dim}); got {got}")
+    if not torch.is_floating_point(frequencies):
+        raise ValueError(f"frequencies must be a floating-point tensor (e.g. from scaled_rope_frequencies); "
+                         f"got dtype {frequencies.dtype}")
+    bad = int((~torch.isfinite(frequencies)).sum())
+    if bad:
+        raise ValueError(f"frequencies must all be finite; got {bad} inf/nan of {frequencies.shape[0]}")
+    return frequencies
+
+
+def _rotate(x: Tensor, rot: tuple[Tensor, ...], layout: str, work: torch.dtype) -> Tensor:
+    """Multiply every channel pair of x, (..., T, d), by what _rotation made; a new tensor."""
+    d = x.shape[-1]
+    # Speed: each step below is one pass over x, and nothing is allocated but the output.
+    if layout == "interleaved":
+        # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
+        xw = x.to(work).contiguous()  # (..., T, d); our own copy unless x is float32/64 already
+        if xw.storage_offset() % 2:  # view_as_complex needs pairs aligned in storage
+            xw = xw.clone()
+        xc = torch.view_as_complex(xw.unflatten(-1, (d // 2, 2)))  # (..., T, d/2)
+        xc = xc * rot[0] if xw is x else xc.mul_(rot[0])  # in place when xw is our own copy
+        return torch.view_as_real(xc).flatten(-2).to(x.dtype)  # (..., T, d)
+    cos2, sin2 = rot  # (T, d) each: (cos, cos) and (-sin, sin)
+    h = d // 2
+    x_a, x_b = x[..., :h], x[..., h:]  # (..., T, d/2) each: the pair is (x_a[i], x_b[i])
+    if x.dtype in _COMPLEX_OK and not (torch.is_grad_enabled() and x.requires_grad):
+        # float32/64: write (-x_b sin, x_a sin) straight into the output (autograd has no out=)
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (..., T, d)
+        torch.mul(x_b, sin2[..., :h], out=out[..., :h])  # -x_b sin
+        torch.mul(x_a, sin2[..., h:], out=out[..., h:])  # x_a sin
+    else:
+        # rotate_half(x) * sin, with full-width rows: faster for bf16 on the CPU
+        out = torch.cat((x_b, x_a), dim=-1).mul_(sin2)  # (..., T, d)
+    return out.addcmul_(x, cos2)  # + (x_a, x_b) cos
+
+
 def apply_rope(x: Tensor, positions: Tensor | None = None, *, base: float = 10_000.0,
-               layout: str = "interleaved") -> Tensor:
+               layout: str = "interleaved", frequencies: Tensor | None = None,
+               rotary_dim: int | None = None, attention_scale: float = 1.0) -> Tensor:
     r"""Rotate queries or keys by their positions.
 
-        x'_a = x_a cos(m theta_i) - x_b sin(m theta_i)
-        x'_b = x_a sin(m theta_i) + x_b cos(m theta_i),   theta_i = base ** (-2i / Dh)
+        x'_a = s (x_a cos(m theta_i) - x_b sin(m theta_i))
+        x'_b = s (x_a sin(m theta_i) + x_b cos(m theta_i)),   theta_i = base ** (-2i / rotary_dim)
 
-    with (a, b) = (2i, 2i + 1) for layout="interleaved" and (i, i + Dh/2) for "half".
+    for the channels 0 .. rotary_dim - 1, with (a, b) = (2i, 2i + 1) for layout="interleaved" and
+    (i, i + rotary_dim/2) for "half"; channels rotary_dim .. Dh - 1 pass through untouched; s is
+    attention_scale (1 by default, so |x'| = |x|).
     Precision: the angles m * theta_i are always formed in float64 (in bf16 the angle
     8000 * theta_0 would only be known to within 32 rad). The interleaved layout rotates in
     float32 or float64 (bf16/fp16 input is widened for the complex multiply and rounded back);
     the half layout rotates in x's dtype with cos/sin rounded once to it, as Hugging Face's
-    code does. cos/sin for the default positions are cached per (T, Dh, base, layout, device,
-    dtype).
+    code does. cos/sin for the default positions and frequencies are cached per (T, rotary_dim,
+    base, layout, device, dtype, attention_scale).
 
     Args:
-        x: (..., T, Dh) with Dh even, e.g. (B, H, T, Dh).
+        x: (..., T, Dh), e.g. (B, H, T, Dh); Dh even unless rotary_dim is given.
         positions: (T,) integer positions; default 0 .. T-1. Any offset is allowed
             (with a KV cache the new tokens sit at start .. start + T - 1).
         base: 10000 in RoFormer and LLaMA 1/2, 500000 in Llama 3.
         layout: "interleaved" pairs (2i, 2i+1), as in the paper and Meta's LLaMA code;
             "half" pairs (i, i + Dh/2), as in GPT-NeoX and Hugging Face LLaMA.
+        frequencies: (rotary_dim/2,) theta_i to use instead of base ** (-2i / rotary_dim), e.g.
+            from ``scaled_rope_frequencies``; ``base`` is then unused. Any float dtype: the
+            angles are formed in float64 from the values given.
+        rotary_dim: even, 1 .. Dh; rotate only the first rotary_dim channels (GPT-NeoX's
+            rotary_pct * Dh, GPT-J's rotary_dim) and pass the rest through, as Hugging Face's
+            GPT-NeoX (q[..., :rotary_dim], then rotate_half) and GPT-J (rotate_every_two on
+            q[:, :, :, :rotary_dim]) do. The default theta_i then use rotary_dim in the exponent,
+            and with layout="half" the pairs are (i, i + rotary_dim/2). Default: Dh.
+        attention_scale: s > 0 multiplies cos and sin, so a score q.k of two rotated vectors
+            scales by s^2 (YaRN's sqrt(1/t) = 0.1 ln(factor) + 1, applied to both q and k).
     Returns:
         Tensor of x's shape and dtype.
     """
     _checks.floating("x", _checks.tensor("x", x, 2, "(..., T, Dh)"))
     t, head_dim = x.shape[-2], x.shape[-1]
-    _checks.even_int("x.shape[-1] (head_dim)", head_dim, _WHY_EVEN)
+    rotary_dim = _check_rotary_dim(rotary_dim, head_dim)
     base = _checks.positive_float("base", base)
     _check_layout(layout)
     positions = _check_positions(positions, t)
+    if frequencies is not None:
+        frequencies = _check_frequencies(frequencies, rotary_dim)
+    scale = _checks.positive_float("attention_scale", attention_scale)
     # complex numbers need float32/64, so the interleaved layout widens bf16/fp16 input
     work = x.dtype if x.dtype in _COMPLEX_OK or layout == "half" else torch.float32
-    if positions is None:
-        rot = _rotation_default(t, head_dim, base, layout, x.device, work)
+    if positions is None and frequencies is None:
+        rot = _rotation_default(t, rotary_dim, base, layout, x.device, work, scale)
     else:
-        rot = _rotation(_angles(positions.to(x.device), head_dim, base), layout, work)
-    # Speed: each step below is one pass over x, and nothing is allocated but the output.
-    if layout == "interleaved":
-        # (x_2i + i x_2i+1) * e^(i m theta_i): one complex multiply per pair
-        xw = x.to(work).contiguous()  # (..., T, Dh); our own copy unless x is float32/64 already
-        if xw.storage_offset() % 2:  # view_as_complex needs pairs aligned in storage
-            xw = xw.clone()
-        xc = torch.view_as_complex(xw.unflatten(-1, (head_dim // 2, 2)))  # (..., T, Dh/2)
-        xc = xc * rot[0] if xw is x else xc.mul_(rot[0])  # in place when xw is our own copy
-        return torch.view_as_real(xc).flatten(-2).to(x.dtype)  # (..., T, Dh)
-    cos2, sin2 = rot  # (T, Dh) each: (cos, cos) and (-sin, sin)
-    h = head_dim // 2
-    x_a, x_b = x[..., :h], x[..., h:]  # (..., T, Dh/2) each: the pair is (x_a[i], x_b[i])
-    if x.dtype in _COMPLEX_OK and not (torch.is_grad_enabled() and x.requires_grad):
-        # float32/64: write (-x_b sin, x_a sin) straight into the output (autograd has no out=)
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (..., T, Dh)
-        torch.mul(x_b, sin2[..., :h], out=out[..., :h])  # -x_b sin
-        torch.mul(x_a, sin2[..., h:], out=out[..., h:])  # x_a sin
-    else:
-        # rotate_half(x) * sin, with full-width rows: faster for bf16 on the CPU
-        out = torch.cat((x_b, x_a), dim=-1).mul_(sin2)  # (..., T, Dh)
-    return out.addcmul_(x, cos2)  # + (x_a, x_b) cos
+        pos = torch.arange(t, device=x.device) if positions is None else positions.to(x.device)  # (T,)
+        theta = _theta(rotary_dim, base, x.device) if frequencies is None else frequencies.to(x.device)
+        rot = _rotation(_angles(pos, theta), layout, work, scale)
+    if rotary_dim == head_dim:
+        return _rotate(x, rot, layout, work)  # (..., T, Dh)
+    # partial rotary: rotate channels 0 .. rotary_dim - 1, copy the rest as they are
+    return torch.cat((_rotate(x[..., :rotary_dim], rot, layout, work), x[..., rotary_dim:]), dim=-1)
 
 
 def rope_rotation_matrix(position: int, head_dim: int, base: float = 10_000.0) -> Tensor:
@@ -165,7 +236,7 @@ def rope_rotation_matrix(position: int, head_dim: int, base: float = 10_000.0) -
         raise ValueError(f"position must be an integer; got {position!r}")
     head_dim = _checks.even_int("head_dim", head_dim, _WHY_EVEN)
     base = _checks.positive_float("base", base)
-    angle = _angles(torch.tensor([position]), head_dim, base)[0]  # (Dh/2,)
+    angle = _angles(torch.tensor([position]), _theta(head_dim, base))[0]  # (Dh/2,)
     cos, sin = angle.cos(), angle.sin()
     r = torch.zeros(head_dim, head_dim, dtype=torch.float64)  # (Dh, Dh)
     idx = torch.arange(0, head_dim, 2)
