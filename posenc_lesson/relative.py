@@ -27,7 +27,8 @@ bucket(): with bidirectional=True (T5's encoder) half the buckets are for keys a
 the query (j <= i) and half for keys after it (j > i: the upper half, bucket + num_buckets/2);
 with bidirectional=False (the decoder) every j >= i shares bucket 0. In each half, with
 n = |j - i| and max_exact = (buckets in the half) / 2, offsets n < max_exact get a bucket each;
-larger ones are log-spaced up to max_distance; all n >= max_distance share the last bucket.
+larger ones are log-spaced up to max_distance; all n >= max_distance share the last bucket
+(which starts a little earlier: see t5_relative_position_bucket).
 Taught in notebooks/05_relative_position.ipynb.
 """
 
