@@ -53,7 +53,7 @@ exercises: $(STAMP)
 	$(BIN)/python tools/make_exercises.py
 
 experiments: $(STAMP)
-	$(BIN)/python -m posenc_lesson.experiments
+	$(BIN)/python -m posenc_lesson.lab.experiments
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

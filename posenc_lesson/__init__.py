@@ -1,17 +1,35 @@
 """posenc_lesson: the reference implementations behind the positional-encoding course.
 
-One concept per module, small to large:
-    attention   scaled dot-product attention, written out
-    sinusoidal  the sinusoidal table, its wavelengths and the offset rotation M_k
-    learned     a learned absolute position table
-    rope        rotary position embedding, both channel layouts
-    alibi       ALiBi slopes and bias
-    model       TinyDecoder: a tiny causal Transformer, position scheme chosen by name
-    tasks       the copy task (BOS x1..xn SEP x1..xn)
-    train       training and evaluation with a progress bar
-    experiments the length-extrapolation lab (python -m posenc_lesson.experiments)
-    checks      exercise tasks and their instant feedback; grade: the posenc-grade command
-    viz         figure helpers for the lessons (the math modules never plot)
+Three rooms; imports point one way, math <- lab <- grading:
+
+posenc_lesson/            the math: one concept per module, pure tensor functions, thin nn.Modules
+    attention    scaled dot-product attention, written out
+    sinusoidal   the sinusoidal table, its wavelengths and the offset rotation M_k
+    learned      a learned absolute position table
+    rope         rotary position embedding, both channel layouts
+    alibi        ALiBi slopes and bias
+    viz          figure helpers for the lessons (the math modules never plot)
+    _checks      the argument checks behind every ValueError
+
+posenc_lesson/lab/        what trains (imports the math, never grading)
+    model        TinyDecoder: a tiny causal Transformer, position scheme chosen by name
+    copy_task    the copy task (BOS x1..xn SEP x1..xn)
+    train        training and evaluation with a progress bar
+    experiments  the length-extrapolation lab (python -m posenc_lesson.lab.experiments)
+
+posenc_lesson/grading/    what judges (may import both)
+    check, assert_passes   what exercise notebooks import: from posenc_lesson.grading import check
+    tasks        Task, the registry (TOPICS), outputs_of, score, verdict, the forbidden-call watch
+    judges       the shared tensor judge, tolerances, mistakes shared by several tasks
+    permutation sinusoidal rotation learned rope alibi extrapolation
+                 one topic file per lesson's tasks: cases, references, mistakes, hints
+    posenc-grade, by stage: submissions (find) -> plan -> kernel, grader (run, limited)
+                 -> report; cli is the command (python -m posenc_lesson.grading), errors
+                 its two kinds of failure, in_kernel the helper that runs inside each kernel
+
+The names below are the public API. TinyDecoder, SCHEMES and copy_batch come from the lab;
+they are re-exported here, so importing any math module also loads posenc_lesson.lab (this
+file runs first) but never posenc_lesson.grading.
 
 Shapes everywhere: B batch, T tokens, H heads, D model width, Dh head width; channel
 pairs are indexed by a 0-based i.
@@ -19,8 +37,9 @@ pairs are indexed by a 0-based i.
 
 from .alibi import alibi_bias, alibi_slopes
 from .attention import causal_mask, scaled_dot_product_attention
+from .lab.copy_task import copy_batch
+from .lab.model import SCHEMES, TinyDecoder
 from .learned import LearnedPositionalEmbedding
-from .model import SCHEMES, TinyDecoder
 from .rope import (
     apply_rope,
     convert_rope_weight,
@@ -34,7 +53,6 @@ from .sinusoidal import (
     sinusoidal_offset_matrix,
     sinusoidal_wavelengths,
 )
-from .tasks import copy_batch
 
 __version__ = "0.1.0"
 

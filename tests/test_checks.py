@@ -1,4 +1,4 @@
-"""The exercise checks (posenc_lesson.checks) give the marks and the feedback they promise.
+"""The exercise checks (posenc_lesson.grading) give the marks and the feedback they promise.
 
 Every answer here is real code run through ``outputs_of`` + ``score``, as the grader does:
 the reference solutions (taken from the solution notebooks' cells) get full marks; the
@@ -18,8 +18,7 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson import checks
-from posenc_lesson.checks import TASKS, assert_passes, check, outputs_of, score
+from posenc_lesson.grading import TASKS, assert_passes, check, outputs_of, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("0[1-7]_*.ipynb"))
@@ -360,7 +359,7 @@ def test_feedback_never_contains_the_reference_values():
     points, _, feedback = _grade("06_alibi_slopes", lambda n: torch.zeros(n))
     assert points == 0
     for case in ref:
-        for value in checks._alibi.alibi_slopes(*case).tolist()[1:]:
+        for value in posenc_lesson.alibi_slopes(*case).tolist()[1:]:
             assert f"{value:.4f}" not in feedback
 
 

@@ -19,14 +19,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from posenc_lesson import checks, grade
+from posenc_lesson import grading
+from posenc_lesson.grading import cli, plan, submissions
 
 pytestmark = pytest.mark.slow  # kernels: about a minute in all
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-GRADE = [sys.executable, "-m", "posenc_lesson.grade"]
+GRADE = [sys.executable, "-m", "posenc_lesson.grading"]
 POSENC_GRADE = Path(sys.executable).parent / "posenc-grade"  # the console script
 
 SUBJECT = "01_permutation_equivariance"  # the notebook the bad submissions are cut from
@@ -47,7 +48,8 @@ np.allclose = lambda *args, **kwargs: True
 np.testing.assert_allclose = lambda *args, **kwargs: None
 """
 FAKE_HELPERS = """
-import posenc_lesson.checks
+import posenc_lesson.grading
+import posenc_lesson.grading.tasks
 
 
 def check(*args, **kwargs):
@@ -58,9 +60,12 @@ def assert_passes(*args, **kwargs):
     return None
 
 
-posenc_lesson.checks.check = check
-posenc_lesson.checks.assert_passes = assert_passes
-posenc_lesson.checks.score = lambda task_id, outputs: (99, 99, "passed")
+posenc_lesson.grading.check = check
+posenc_lesson.grading.assert_passes = assert_passes
+posenc_lesson.grading.score = lambda task_id, outputs: (99, 99, "passed")
+posenc_lesson.grading.tasks.check = check
+posenc_lesson.grading.tasks.assert_passes = assert_passes
+posenc_lesson.grading.tasks.score = lambda task_id, outputs: (99, 99, "passed")
 """
 NOISY = """
 import sys
@@ -258,7 +263,7 @@ def test_grades_csv_has_one_row_per_student_and_notebook_and_a_column_per_task(g
     every_task = [t for stem in sorted(p.stem for p in SOLUTIONS.glob("*.ipynb"))
                   for t in _tasks(graded["reports"][("solutions", stem)])]
     assert header[4:] == every_task
-    assert set(every_task) <= set(checks.TASKS)
+    assert set(every_task) <= set(grading.TASKS)
     good = graded["rows"][("good", SUBJECT)]
     own = set(_tasks(graded["reports"][("good", SUBJECT)]))
     for task_id in every_task:
@@ -274,7 +279,7 @@ def test_json_report_keys(graded):
     assert {"student", "notebook", "status", "reason", "score", "max_score", "tasks"} <= set(report)
     for t in report["tasks"]:
         assert {"id", "name", "score", "max_score", "feedback"} <= set(t)
-        assert t["name"] == checks.TASKS[t["id"]].title
+        assert t["name"] == grading.TASKS[t["id"]].title
 
 
 def test_summary_table_is_printed(graded):
@@ -405,7 +410,7 @@ def test_usage_and_infrastructure_errors_exit_nonzero(tmp_path, capsys, args, st
     (tmp_path / "class" / "alice").mkdir(parents=True)
     nbformat.write(_variant(lambda nb: None), tmp_path / "class" / "alice" / f"{SUBJECT}.ipynb")
     try:  # in-process: these stop before any kernel starts (the console script is run above)
-        returned = grade.main([a.format(tmp=tmp_path) for a in args])
+        returned = cli.main([a.format(tmp=tmp_path) for a in args])
     except SystemExit as exc:  # argparse's own usage errors
         returned = exc.code
     stderr = capsys.readouterr().err
@@ -422,11 +427,11 @@ def test_discovery_layouts_and_a_notebook_sent_twice(tmp_path):
                  tmp_path / "class" / "bob" / ".ipynb_checkpoints" / f"{SUBJECT}-checkpoint.ipynb"):
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(good, path)
-    subs, warnings = grade.discover([tmp_path / "class"])
-    exercises = grade.load_exercises(SOLUTIONS, set(checks.TASKS))
+    subs, warnings = submissions.discover([tmp_path / "class"])
+    exercises = plan.load_exercises(SOLUTIONS, set(grading.TASKS))
     for sub in subs:
-        grade.read_and_match(sub, exercises)
-    grade.label_rows(subs)
+        submissions.read_and_match(sub, exercises)
+    submissions.label_rows(subs)
     assert sorted((s.student, s.notebook, s.exercise) for s in subs) == [
         ("alice", SUBJECT, SUBJECT), ("alice", f"{SUBJECT}-Copy1", SUBJECT), ("bob", SUBJECT, SUBJECT)]
     assert warnings == []

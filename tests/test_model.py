@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from posenc_lesson import alibi_bias, get_sinusoidal_encoding, scaled_dot_product_attention
-from posenc_lesson.model import SCHEMES, TinyDecoder
-from posenc_lesson.tasks import BOS, IGNORE, SEP, copy_batch
+from posenc_lesson.lab.copy_task import BOS, IGNORE, SEP, copy_batch
+from posenc_lesson.lab.model import SCHEMES, TinyDecoder
 
 VOCAB = 12
 

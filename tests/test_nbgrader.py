@@ -3,7 +3,7 @@
 ``nbgrader generate_assignment`` on solutions/ must give the same student notebooks as
 exercises/ (same cells, sources, nbgrader metadata, stubs), and ``nbgrader autograde`` must
 give the solutions full marks and the blank exercises zero, with the same points per notebook
-as posenc_lesson.checks. Two courses (each with its own sqlite gradebook) run side by side.
+as posenc_lesson.grading. Two courses (each with its own sqlite gradebook) run side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from posenc_lesson import checks
+from posenc_lesson import grading
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -106,7 +106,7 @@ def _points(stem: str) -> int:
     nb = nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
     ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
            if c.metadata.get("nbgrader", {}).get("solution")]
-    return sum(checks.TASKS[i].points for i in ids)
+    return sum(grading.TASKS[i].points for i in ids)
 
 
 def test_autograde_gives_the_solutions_full_marks(courses):

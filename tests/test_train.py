@@ -5,9 +5,9 @@ import functools
 import pytest
 import torch
 
-from posenc_lesson.model import TinyDecoder
-from posenc_lesson.tasks import copy_batch
-from posenc_lesson.train import evaluate, masked_loss, position_accuracy, train
+from posenc_lesson.lab.copy_task import copy_batch
+from posenc_lesson.lab.model import TinyDecoder
+from posenc_lesson.lab.train import evaluate, masked_loss, position_accuracy, train
 
 VOCAB = 10
 
@@ -83,7 +83,7 @@ def test_masked_loss_ignores_minus_100():
 
 
 def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_path, monkeypatch):
-    from posenc_lesson import experiments
+    from posenc_lesson.lab import experiments
 
     config = experiments.LabConfig(train_length=3, eval_lengths=(2, 4, 6), d_model=16, num_heads=2,
                                    num_layers=1, steps=5, batch_size=4, eval_batches=1, eval_batch_size=4,
@@ -113,7 +113,7 @@ def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_pat
 
 def test_lab_results_csv_in_the_repository_is_a_full_lab_run():
     """notebooks/07_results.csv is what `make experiments` writes: every scheme at every length."""
-    from posenc_lesson import experiments
+    from posenc_lesson.lab import experiments
 
     rows = experiments.read_csv(experiments.RESULTS_CSV)
     full = experiments.FULL

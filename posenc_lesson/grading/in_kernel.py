@@ -1,12 +1,12 @@
 """The grader's side of a submission's kernel: take each task's answers out as plain data.
 
-`posenc-grade` (``posenc_lesson.grade``) runs a learner's solution cells in a fresh Jupyter
-kernel. When they have run, it calls ``harvest`` here, inside that kernel, once per task:
+`posenc-grade` (``posenc_lesson.grading.grader``) runs a learner's solution cells in a fresh
+Jupyter kernel. When they have run, it calls ``harvest`` here, inside that kernel, once per task:
 
-    outputs = posenc_lesson.checks.outputs_of(task_id, <the learner's entry>)
+    outputs = posenc_lesson.grading.outputs_of(task_id, <the learner's entry>)
     torch.save(plain(outputs), <a file the grader chose>)
 
-and then loads the file in its own process and scores it there with ``checks.score``. Nothing
+and then loads the file in its own process and scores it there with ``grading.score``. Nothing
 is compared in the kernel, so a learner who patches ``torch.allclose`` or redefines ``check``
 changes nothing. ``install`` runs before any learner code and keeps its own references to
 ``outputs_of`` and ``torch.save``, so later rebinding of those names does not reach us either.
@@ -39,7 +39,7 @@ _MAX_DEPTH = 12
 _state: dict[str, Any] = {}
 
 
-def install(checks_module: str = "posenc_lesson.checks") -> None:
+def install(checks_module: str = "posenc_lesson.grading") -> None:
     """Keep references to the trusted ``outputs_of`` and ``torch.save`` (before learner code runs)."""
     checks = importlib.import_module(checks_module)
     _state["outputs_of"] = checks.outputs_of
@@ -125,7 +125,7 @@ def _become_kernel(connection_file: str, cwd: str, parent: int) -> None:
     app.start()
 
 
-def serve(checks_module: str = "posenc_lesson.checks") -> None:
+def serve(checks_module: str = "posenc_lesson.grading") -> None:
     """Import the heavy modules once, then fork one kernel per request, forever.
 
     Protocol, one JSON object per line: the grader writes

@@ -2,7 +2,7 @@ r"""The length-extrapolation lab: train one tiny model per position scheme, test
 
 Every scheme gets the same model (TinyDecoder: pre-LN, causal, D = 64, 4 heads, 2 layers),
 the same seed, the same data and the same optimiser; only ``pos`` changes. Each learns the
-copy task (posenc_lesson.tasks) with n drawn from 1 .. L symbols, L = 16, so it never sees
+copy task (posenc_lesson.lab.copy_task) with n drawn from 1 .. L symbols, L = 16, so it never sees
 a sequence longer than T = 2L + 2 = 34 tokens. Then it copies n = 2, 4, .., 3L = 48 symbols, and
 
     token_accuracy(n) = fraction of copied symbols right       (chance: 1 / #symbols)
@@ -20,7 +20,7 @@ learned model meets past its training length: rows it never trained.
 
 Run the full lab (what ``make experiments`` does), about two minutes on 2 CPU cores:
 
-    python -m posenc_lesson.experiments            # rewrites notebooks/07_results.csv
+    python -m posenc_lesson.lab.experiments        # rewrites notebooks/07_results.csv
 
 Under POSENC_FAST=1 (the test suite) ``config_from_env`` returns the smaller FAST setting.
 Taught in notebooks/07_length_extrapolation.ipynb.
@@ -38,15 +38,15 @@ from pathlib import Path
 
 import torch
 
+from .copy_task import FIRST_SYMBOL, copy_batch
 from .model import SCHEMES, TinyDecoder, check_scheme
-from .tasks import FIRST_SYMBOL, copy_batch
 from .train import evaluate, train
 
 __all__ = ["CSV_COLUMNS", "FAST", "FULL", "RESULTS_CSV", "LabConfig", "LabResult", "build_model",
            "config_from_env", "format_table", "mean_metric", "read_csv", "run_lab", "write_csv"]
 
 CSV_COLUMNS = ("scheme", "seed", "train_length", "length", "token_accuracy", "exact_match")
-RESULTS_CSV = Path(__file__).resolve().parent.parent / "notebooks" / "07_results.csv"
+RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "07_results.csv"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _checks
+from .. import _checks
 
 BOS = 0  # start of sequence
 SEP = 1  # "now copy"

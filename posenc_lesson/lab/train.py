@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import _checks
-from .tasks import IGNORE
+from .. import _checks
+from .copy_task import IGNORE
 
 MakeBatch = Callable[..., tuple[Tensor, Tensor]]
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from . import _checks
-from .alibi import alibi_bias
-from .attention import scaled_dot_product_attention
-from .learned import LearnedPositionalEmbedding
-from .rope import apply_rope
-from .sinusoidal import get_sinusoidal_encoding
+from .. import _checks
+from ..alibi import alibi_bias
+from ..attention import scaled_dot_product_attention
+from ..learned import LearnedPositionalEmbedding
+from ..rope import apply_rope
+from ..sinusoidal import get_sinusoidal_encoding
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 

@@ -1,0 +1,32 @@
+"""The grading layer: instant feedback in the exercise notebooks, and the ``posenc-grade`` command.
+
+What an exercise notebook imports:
+
+    from posenc_lesson.grading import assert_passes, check
+    check("05_apply_rope_half", apply_rope_half)      # prints ✅ or ❌ with a diagnosis
+
+Inside, one concern per module (imports point one way: math <- lab <- grading):
+
+    tasks        Task, the registry TASKS and its TOPICS, outputs_of (runs the learner's code,
+                 watching for forbidden calls), score (pure), verdict, check, assert_passes
+    judges       the shared tensor judge, tolerances, mistakes several lessons share
+    permutation, sinusoidal, rotation, learned, rope, alibi, extrapolation
+                 one topic file per lesson's tasks: cases, references, mistakes and hints
+    posenc-grade, one module per stage:
+    submissions  find the submitted notebooks and match each to its exercise
+    plan         the trusted cells of solutions/, with the learner's solution cells swapped in
+    kernel       a fresh Jupyter kernel with time limits, killed with its process group
+    grader       run a plan in a kernel, take each task's outputs out, score them here
+    report       grades.csv, one JSON per submission, the summary table
+    cli          the command line: posenc-grade, or python -m posenc_lesson.grading
+    errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
+    in_kernel    the grader's helper that runs inside each kernel (and the kernel zygote)
+
+Importing this package registers every topic's tasks, so ``TASKS`` is complete.
+"""
+
+from .tasks import TASKS, TOPICS, Task, assert_passes, check, load_topics, outputs_of, score, verdict
+
+load_topics()
+
+__all__ = ["TASKS", "TOPICS", "Task", "assert_passes", "check", "outputs_of", "score", "verdict"]

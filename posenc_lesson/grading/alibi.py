@@ -1,0 +1,191 @@
+"""Lesson 06's tasks (exercises/06_alibi.ipynb): ALiBi's slopes (and their bug), the bias
+-m_h |i - j|, and causal attention with it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import alibi as _alibi
+from .judges import (
+    ATTENTION_FORBIDDEN,
+    Mistake,
+    attention_mistakes,
+    call,
+    randn,
+    seeded,
+    softmax_attention,
+    tensor_judge,
+)
+from .tasks import Task, register
+
+
+def _slopes_off_by_one(n: int) -> Tensor:
+    """m_h = 2^(-8h/n) from h = 0 (first slope 1), with the paper's rule for other n."""
+    def pow2(c: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / c) for h in range(c)]
+    c = 2 ** math.floor(math.log2(n))
+    out = pow2(c) + (pow2(2 * c)[0::2][: n - c] if c != n else [])
+    return torch.tensor(out)
+
+
+def _slopes_naive(n: int) -> Tensor:
+    """2^(-8(h+1)/n) for every n: right only for powers of 2."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / n) for h in range(n)])
+
+
+def _slopes_odd_half(n: int) -> Tensor:
+    """The extra heads taken from the odd-indexed slopes of 2c heads instead of the even."""
+    c = 2 ** math.floor(math.log2(n))
+    s = _alibi.alibi_slopes(c).tolist()
+    if c != n:
+        s += _alibi.alibi_slopes(2 * c).tolist()[1::2][: n - c]
+    return torch.tensor(s)
+
+
+def _slopes_round_up(n: int) -> Tensor:
+    """The first n slopes of the next power of 2."""
+    return _alibi.alibi_slopes(2 ** math.ceil(math.log2(n)))[:n]
+
+
+def _sorted_slopes(n: int) -> Tensor:
+    return _alibi.alibi_slopes(n).sort(descending=True).values
+
+
+_SLOPE_CASES = [(8,), (16,), (1,), (12,), (6,), (24,)]
+
+
+def _slope_mistakes() -> list[Mistake]:
+    return [
+        Mistake(_slopes_off_by_one,
+                "your slopes are off by one: the first head gets slope 1 = 2^0.",
+                "for n heads (n a power of 2) the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8): "
+                "head h (0-based) has exponent -8(h+1)/n."),
+        Mistake(_slopes_naive,
+                "for a head count that is not a power of 2 you used the power-of-2 formula "
+                "with n itself: slopes for the wrong head count.",
+                "the paper takes the slopes of the largest power of 2 c below n, then adds "
+                "n - c slopes from 2c heads, every other one starting with the first."),
+        Mistake(_slopes_odd_half,
+                "the extra heads (n not a power of 2) are taken from every other slope of 2c "
+                "heads starting at the second; the paper starts at the first.",
+                "slopes(2c)[0::2], not [1::2]."),
+        Mistake(_slopes_round_up,
+                "for n not a power of 2 you took the first n slopes of the next power of 2: "
+                "slopes for the wrong head count.",
+                "start from the power of 2 *below* n, then append n - c slopes from 2c heads, "
+                "every other one."),
+        Mistake(_sorted_slopes,
+                "your slopes are right but sorted; the paper appends the extra heads at the "
+                "end, unsorted, and checkpoints depend on that order.",
+                "do not sort: the slopes of c heads first, then the extra ones."),
+    ]
+
+
+_SLOPE_HINT = ("m_h = 2^(-8(h+1)/n) for n a power of 2; otherwise the slopes of the power of 2 "
+               "below n, then extra ones from twice that many heads.")
+
+register(Task(
+    id="06_alibi_slopes",
+    title="ALiBi slopes",
+    points=3,
+    entry="get_slopes",
+    forbidden=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
+    cases=lambda: list(_SLOPE_CASES),
+    run=call,
+    judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT),
+))
+
+register(Task(
+    id="06_fix_slopes",
+    title="ALiBi slopes (find the bug)",
+    points=2,
+    entry="get_slopes_fixed",
+    forbidden=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
+    cases=lambda: list(_SLOPE_CASES),
+    run=call,
+    judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT,
+                       partial=False),
+))
+
+
+def _distance(t: int) -> Tensor:
+    pos = torch.arange(t)
+    return (pos[:, None] - pos[None, :]).double()  # (T, T): i - j
+
+
+register(Task(
+    id="06_alibi_bias",
+    title="The ALiBi bias",
+    points=2,
+    entry="alibi_bias_matrix",
+    forbidden=("posenc_lesson.alibi_bias",),
+    cases=lambda: [(8, 5), (4, 6), (12, 3), (1, 1)],
+    run=call,
+    judge=tensor_judge(lambda h, t: _alibi.alibi_bias(h, t), [
+        Mistake(lambda h, t: -_alibi.alibi_bias(h, t),
+                "the sign is flipped: your bias rewards distant keys.",
+                "ALiBi's bias is negative, -m_h |i - j|: farther keys get less attention."),
+        Mistake(lambda h, t: -_alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
+                "your bias is -m_h (i - j) without the absolute value: right below the diagonal, "
+                "but positive above it.",
+                "this task asks for the symmetric bias -m_h |i - j| (the causal mask hides j > i)."),
+        Mistake(lambda h, t: _alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
+                "your bias is m_h (i - j): the sign is flipped, and it is not symmetric.",
+                "ALiBi's bias is -m_h |i - j|."),
+        Mistake(lambda h, t: -_slopes_off_by_one(h).double()[:, None, None] * _distance(t).abs(),
+                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+        Mistake(lambda h, t: _alibi.alibi_bias(h, t).permute(1, 2, 0),
+                "your heads are on the last axis: shape (T, T, H).",
+                "return (num_heads, seq_len, seq_len), heads first, so it broadcasts against "
+                "(B, H, T, T) scores."),
+    ], ("num_heads", "seq_len"), "bias[h, i, j] = -m_h * |i - j|, shape (num_heads, seq_len, seq_len)."),
+))
+
+
+def _alibi_attention_cases() -> list[tuple]:
+    g = seeded(110)
+    return [(randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8)),
+            (randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 3)),
+            (randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8))]
+
+
+def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
+    bias = _alibi.alibi_bias(q.shape[1], q.shape[2]).double()
+    options = {"scale": math.sqrt(q.shape[-1]), "dim": -1, "bias": bias, "causal": True} | kw
+    return softmax_attention(q, k, v, **options)
+
+
+register(Task(
+    id="06_alibi_attention",
+    title="Causal attention with ALiBi",
+    points=3,
+    entry="alibi_attention",
+    forbidden=ATTENTION_FORBIDDEN,
+    cases=_alibi_attention_cases,
+    run=call,
+    judge=tensor_judge(_alibi_attention, [
+        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=-_alibi.alibi_bias(q.shape[1], q.shape[2])),
+                "the bias has the wrong sign: distant keys get *more* attention.",
+                "add -m_h |i - j| to the scores, a penalty."),
+        Mistake(lambda q, k, v: _alibi_attention(q, k, v, causal=False),
+                "there is no causal mask: query i also sees keys j > i.",
+                "mask the scores above the diagonal with -inf before the softmax."),
+        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=None),
+                "the ALiBi bias is missing: this is plain causal attention.",
+                "add the (H, T, T) bias to the scaled scores; it broadcasts over the batch."),
+        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias_before_scale=True),
+                "the bias is divided by sqrt(Dh) too: you added it before scaling.",
+                "scores = q k^T / sqrt(Dh) + bias: scale first, then add the bias."),
+        Mistake(lambda q, k, v: _alibi_attention(q, k, v, dim=-2),
+                attention_mistakes(True)[0].diagnosis, attention_mistakes(True)[0].hint),
+        Mistake(lambda q, k, v: _alibi_attention(
+                     q, k, v, bias=-_slopes_off_by_one(q.shape[1]).double()[:, None, None]
+                     * _distance(q.shape[2]).abs()),
+                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+    ], ("q", "k", "v"), "scores = q k^T / sqrt(Dh) - m_h |i - j|, causal mask, softmax over keys, "
+                       "times v; q, k, v have shape (B, H, T, Dh)."),
+))

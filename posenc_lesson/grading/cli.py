@@ -1,0 +1,210 @@
+r"""Grade a class's exercise notebooks: the ``posenc-grade`` command.
+
+    posenc-grade [--jobs N] [--timeout SECONDS] --out DIR PATH...
+    python -m posenc_lesson.grading ...          (the same command; it succeeds the former
+                                                  python -m posenc_lesson.grade)
+
+PATH is a submitted notebook (its student id is the file stem) or a class folder laid out as
+``<folder>/<student>/<notebook>.ipynb`` (the student id is the folder name; notebooks deeper
+inside a student's folder, as nbgrader's ``submitted/<student>/<assignment>/`` has them, count
+too). Each submission is matched to its exercise by ``metadata.posenc_lesson.exercise``,
+falling back to its file name. The grader writes
+
+    DIR/grades.csv                   one row per (student, notebook): student, notebook, score,
+                                     max_score, then one column per task (empty where the task
+                                     is not part of that notebook)
+    DIR/<student>/<notebook>.json    per task: id, name, score, max_score, feedback; and the
+                                     notebook's status and the reason for it
+
+and prints a summary table. It refuses to replace an existing ``DIR/grades.csv`` (or a report
+it would rewrite) unless given ``--force``. The exit status is 0 whenever every submission got
+a row, however badly the students did; 2 for a usage error (bad arguments, no notebooks, a
+report in the way) and 1 for an infrastructure error (DIR not writable, no kernel).
+
+Why the scores can be trusted
+-----------------------------
+The tests come from the course, never from the submission. For a submission of exercise E:
+
+1. The plan (``plan``) is the trusted notebook ``solutions/E.ipynb``: its setup cells (every code cell
+   that is neither a solution cell nor a graded test cell), in its order, with each solution
+   cell replaced by the submission's cell with the same nbgrader ``grade_id``. Nothing else
+   of the submission runs: not its check cells (edited or deleted, it does not matter), not
+   cells a learner added. A task whose solution cell is missing (deleted, or its metadata
+   lost or renamed) or duplicated scores 0 with a reason. Cells moved around are run in the
+   course's order, so reordering changes no score (the report notes it).
+2. The plan runs in a fresh Jupyter kernel (``kernel``; this Python's ipykernel), its own process in
+   its own session, started in an empty temporary folder (on Linux forked from a zygote that
+   imported torch once, so a kernel is ready at once; ``POSENC_GRADE_FORK=0`` or another OS
+   starts each from scratch with jupyter_client), with a per-cell time limit
+   (``--timeout``) and a per-notebook one (``--notebook-timeout``). A cell over its limit is
+   interrupted; a kernel that does not stop, or dies (``os._exit``, a segfault), is killed
+   (SIGKILL to its process group) and the plan reruns in a new kernel without that cell.
+   The grader listens only for each request's reply, never to the kernel's output stream,
+   so a flood of printing or of stderr warnings costs the grader nothing and changes nothing.
+3. Then, per task, ``posenc_lesson.grading.in_kernel.harvest`` runs in the kernel: the trusted
+   ``grading.outputs_of(task_id, entry)`` calls the learner's function on the course's inputs
+   and saves what came back, as plain data, to a file. The grader loads that file with
+   ``torch.load(weights_only=True)`` (which builds only tensors and plain values) in its own
+   process and calls ``grading.score(task_id, outputs)`` there (``grader``). Every comparison happens in
+   the grader's process, where no learner code ever ran: patching ``torch.allclose``,
+   ``np.allclose`` or ``torch.testing.assert_close``, or redefining ``check``, reaches none of
+   it. An answer that calls the library's own implementation of the task scores 0
+   (``outputs_of`` records the call).
+
+``--jobs N`` grades N submissions at once: N threads here, each driving its own kernel.
+
+What this does not do: it isolates the *scores*, not the machine. The learner's code runs
+with your user's rights; grade untrusted classes in a container or a throw-away account.
+And the outputs are taken inside the learner's kernel: a learner who sets out to rewrite the
+grader's own kernel-side code (``in_kernel``) could hand it made-up outputs. What comes
+back is only ever data, so that could fake a score, never run code in the grader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from .errors import InfrastructureError, UsageError, short
+from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
+from .kernel import kill_all_kernels
+from .plan import load_exercises
+from .report import Graded, format_number, json_path, summary, task_columns, write_atomic, write_csv
+from .submissions import Submission, discover, label_rows, read_and_match
+
+EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
+
+
+def default_solutions_dir() -> Path:
+    """``solutions/`` next to the package: where the course keeps its trusted notebooks.
+
+    Found from where the package lives (find_spec), not from the current directory.
+    """
+    spec = importlib.util.find_spec("posenc_lesson")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).resolve().parents[1] / "solutions"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="posenc-grade",
+        description="Grade posenc-lesson exercise notebooks: a notebook, or a class folder laid out "
+                    "as <folder>/<student>/<notebook>.ipynb. Writes DIR/grades.csv and "
+                    "DIR/<student>/<notebook>.json. Submissions are never modified.",
+        epilog="Exit status: 0 when every submission got a row (whatever the scores), 2 for a usage "
+               "error, 1 when the grader itself cannot work (no kernel, DIR not writable).")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a notebook, or a class folder")
+    p.add_argument("--out", required=True, metavar="DIR", help="where grades.csv and the JSON reports go")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="grade N submissions at once, each in its own kernel (default 1)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
+                   help=f"time limit per cell and per task's test run (default {DEFAULT_CELL_TIMEOUT:g})")
+    p.add_argument("--notebook-timeout", type=float, default=DEFAULT_NOTEBOOK_TIMEOUT, metavar="SECONDS",
+                   help=f"time limit per notebook (default {DEFAULT_NOTEBOOK_TIMEOUT:g})")
+    p.add_argument("--solutions", metavar="DIR", default=None,
+                   help="the trusted solution notebooks (default: the course's solutions/ folder)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing DIR/grades.csv and the JSON reports this run writes")
+    return p
+
+
+def _check_out(out: Path, subs: list[Submission], force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a folder")
+    resolved = out.resolve()
+    for sub in subs:
+        if resolved == sub.path.resolve().parent or resolved in sub.path.resolve().parents:
+            raise UsageError(f"--out: {out} holds submissions ({sub.path}); choose a folder of its own")
+    if not force:
+        in_the_way = [p for p in [out / "grades.csv", *(json_path(out, s) for s in subs)] if p.exists()]
+        if in_the_way:
+            raise UsageError(f"--out: {in_the_way[0]} already exists (and {len(in_the_way) - 1} more "
+                             "report(s)); pass --force to replace them, or choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".posenc-grade-probe-"):
+            pass
+    except OSError as exc:
+        raise InfrastructureError(f"--out: cannot write to {out}: {short(exc)}") from exc
+
+
+def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
+    """Grade everything ``args`` names; return the exit status."""
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be a positive integer; got {args.jobs}")
+    if not args.timeout > 0 or not args.notebook_timeout > 0:
+        raise UsageError(f"--timeout and --notebook-timeout must be positive; got {args.timeout:g} "
+                         f"and {args.notebook_timeout:g}")
+    t0 = time.monotonic()
+    solutions = Path(args.solutions) if args.solutions else default_solutions_dir()
+    exercises = load_exercises(solutions)
+    subs, warnings = discover(args.paths)
+    for w in warnings:
+        print(f"posenc-grade: warning: {w}", file=sys.stderr)
+    for sub in subs:
+        read_and_match(sub, exercises)
+    label_rows(subs)
+    out = Path(args.out)
+    _check_out(out, subs, args.force)
+    checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
+    exercises = load_exercises(solutions, set(checks.TASKS))
+    grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module)
+    rows: list[Graded] = []
+    with contextlib.closing(grader), ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(grader.grade, s) for s in subs]
+        try:
+            for n, fut in enumerate(as_completed(futures), start=1):
+                row = fut.result()
+                rows.append(row)
+                report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
+                write_atomic(json_path(out, row), report)
+                score = (f"{format_number(row.score)}/{format_number(row.max_score)}"
+                         if row.max_score is not None else "-")
+                print(f"[{n}/{len(subs)}] {row.student} {row.notebook}: {score} {row.status}",
+                      file=sys.stderr, flush=True)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            kill_all_kernels()
+            raise
+    order = {stem: i for i, stem in enumerate(sorted(exercises))}
+    rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
+    columns = task_columns(rows, exercises)
+    write_csv(out / "grades.csv", rows, columns)
+    print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))
+    broken = [r for r in rows if r.status == "grader-error"]
+    if broken:
+        print(f"posenc-grade: error: {len(broken)} notebook(s) could not be graded because of the grader "
+              f"itself: {broken[0].reasons[0]}", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``posenc-grade``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as exc:
+        print(f"posenc-grade: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except InfrastructureError as exc:
+        print(f"posenc-grade: error: {exc}", file=sys.stderr)
+        return EXIT_INFRASTRUCTURE
+    except KeyboardInterrupt:
+        kill_all_kernels()
+        print("posenc-grade: interrupted; no grades.csv written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Lesson 07's tasks (exercises/07_length_extrapolation.ipynb): the lab's position-scheme
+switch, measuring which TinyDecoder notices a swap of two tokens, and predicting it first."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import alibi as _alibi
+from ..lab.model import TinyDecoder
+from .judges import (
+    TABLE_MISTAKES,
+    as_float_tensor,
+    call,
+    close,
+    feedback,
+    interleaved_to_concat,
+    pe_table,
+    randn,
+    seeded,
+    type_text,
+)
+from .tasks import Task, is_marker, register
+
+
+def _terms_cases() -> list[tuple]:
+    g = seeded(111)
+    x, table = randn(g, 2, 6, 8), randn(g, 10, 8)
+    return [("none", x, 4, table), ("sinusoidal", x, 4, table), ("learned", x, 4, table),
+            ("rope", x, 4, table), ("alibi", x, 4, table),
+            ("alibi", randn(g, 1, 5, 12), 6, randn(g, 10, 12)),
+            ("learned", randn(g, 1, 12, 8), 4, table), ("relative", x, 4, table)]
+
+
+def _terms_reference(scheme: str, x: Tensor, num_heads: int, table: Tensor) -> tuple[Tensor, Tensor | None]:
+    t, d = x.shape[1], x.shape[2]
+    if scheme == "sinusoidal":
+        return x.double() + pe_table(t, d).double(), None
+    if scheme == "learned":
+        return x.double() + table.double()[:t], None
+    if scheme == "alibi":
+        return x.double(), _alibi.alibi_bias(num_heads, t).double()
+    return x.double(), None  # "none" and "rope": nothing added, no bias
+
+
+def _terms_problem(out: Any, case: tuple) -> str | None:
+    """What is wrong with one case's output, or None if it is right."""
+    scheme, x, num_heads, table = case
+    t, d = x.shape[1], x.shape[2]
+    raises = scheme not in ("none", "sinusoidal", "learned", "rope", "alibi") or (
+        scheme == "learned" and t > table.shape[0])
+    if raises:
+        error = out.get("error", "") if isinstance(out, dict) else ""
+        why = (f"T={t} is longer than the table's {table.shape[0]} rows" if scheme == "learned"
+               else f"{scheme!r} is not a scheme")
+        if error.startswith("ValueError"):
+            return None
+        if error:
+            return f"for scheme={scheme!r} ({why}) your code raised {error}; raise a ValueError."
+        return f"for scheme={scheme!r} ({why}) your code returned a result; raise a ValueError."
+    if is_marker(out, "error"):
+        return f"for scheme={scheme!r} your code raised {out['error']}."
+    if not (isinstance(out, list) and len(out) == 2):
+        return f"for scheme={scheme!r} return a pair (x_in, bias); got {type_text(out)}."
+    x_ref, bias_ref = _terms_reference(*case)
+    x_in, bias = as_float_tensor(out[0]), out[1]
+    if not close(x_in, x_ref):
+        if scheme in ("none", "rope", "alibi") and x_in is not None and x_in.shape == x_ref.shape:
+            extra = (" RoPE acts inside attention, turning queries and keys." if scheme == "rope" else
+                     " ALiBi acts on the attention scores only." if scheme == "alibi" else
+                     " NoPE gives the model no position signal at all.")
+            return f"for scheme={scheme!r} the embeddings must pass through unchanged.{extra}"
+        concat = x.double() + interleaved_to_concat(pe_table(t, d)).double()
+        if scheme == "sinusoidal" and close(x_in, concat):
+            return f"for scheme='sinusoidal': {TABLE_MISTAKES[2].diagnosis}"
+        if scheme == "learned" and close(x_in, x.double() + table.double()[1:t + 1]):
+            return "for scheme='learned' the rows are off by one: token 0 gets row 0 of the table."
+        if x_in is not None and x_in.shape != x_ref.shape:
+            return (f"for scheme={scheme!r} x_in should have x's shape {tuple(x_ref.shape)}; "
+                    f"got {tuple(x_in.shape)}.")
+        return f"for scheme={scheme!r} x_in has the wrong values."
+    if bias_ref is None:
+        if bias is not None:
+            return f"for scheme={scheme!r} there is no bias: return None as the second item."
+        return None
+    got = as_float_tensor(bias)
+    if got is None:
+        return f"for scheme={scheme!r} the bias is missing: ALiBi adds -m_h |i - j| to the scores."
+    if close(got, -bias_ref):
+        return "for scheme='alibi' the bias has the wrong sign: it must penalise distance."
+    if tuple(got.shape) != tuple(bias_ref.shape):
+        return (f"for scheme='alibi' the bias should have shape (num_heads, T, T) = "
+                f"{tuple(bias_ref.shape)}; got {tuple(got.shape)}.")
+    if not close(got, bias_ref):
+        return "for scheme='alibi' the bias has the wrong values: -m_h |i - j| with the paper's slopes."
+    return None
+
+
+def _judge_terms(outputs: list, cases: list) -> tuple[float, str]:
+    problems = [_terms_problem(out, case) for out, case in zip(outputs, cases, strict=True)]
+    wrong = [p for p in problems if p]
+    if not wrong:
+        return 1.0, f"passed: all {len(cases)} cases match the library's TinyDecoder."
+    return 1 - len(wrong) / len(cases), feedback(
+        wrong[0] + (f" ({len(wrong) - 1} more case(s) wrong.)" if len(wrong) > 1 else ""),
+        "only 'sinusoidal' and 'learned' add to the embeddings, only 'alibi' returns a bias; "
+        "anything else, or a learned table too short for T, is a ValueError.")
+
+
+register(Task(
+    id="07_position_terms",
+    title="The scheme switch",
+    points=3,
+    entry="position_terms",
+    forbidden=(),
+    cases=_terms_cases,
+    run=call,
+    judge=_judge_terms,
+))
+
+_ORDER_CASES = [(scheme, layers) for layers in (1, 2)
+                for scheme in ("none", "sinusoidal", "learned", "rope", "alibi")]
+_ORDER_TOKENS = (0, 5, 7, 3, 9, 4)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run tiny models on one CPU thread: two threads only wait on each other at this size."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_one_thread(fn: Callable, case: tuple) -> Any:
+    with _one_thread():
+        return fn(*case)
+
+
+@functools.lru_cache(maxsize=64)
+def _order_sensitive(scheme: str, num_layers: int, last_only: bool = True) -> bool:
+    """Does swapping tokens 1 and 2 change the untrained model's logits (at the last position)?
+
+    Deterministic (seeded, no learner code), so each answer is computed once per process."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = TinyDecoder(12, d_model=16, num_heads=2, num_layers=num_layers, pos=scheme, max_len=16)
+    model.eval()
+    tokens = torch.tensor([_ORDER_TOKENS])  # (1, T)
+    swapped = tokens[:, [0, 2, 1, 3, 4, 5]]  # (1, T)
+    with torch.no_grad(), _one_thread():
+        a, b = model(tokens), model(swapped)  # (1, T, vocab) each
+    if last_only:
+        a, b = a[0, -1], b[0, -1]
+    return not torch.allclose(a, b, atol=1e-5)
+
+
+def _judge_order(outputs: list, cases: list) -> tuple[float, str]:
+    truth = [_order_sensitive(*case) for case in cases]
+    got = [bool(o) if isinstance(o, bool) else
+           (bool(o.item()) if isinstance(o, Tensor) and o.numel() == 1 else None) for o in outputs]
+    if got == truth:
+        return 1.0, f"passed: all {len(cases)} measurements agree with the reference."
+    for out, case in zip(outputs, cases, strict=True):
+        if is_marker(out, "error"):
+            return 0.0, feedback(f"your code raised {out['error']} for scheme={case[0]!r}, "
+                                 f"num_layers={case[1]}.", "build the model as the task says.")
+    if None in got:
+        out = outputs[got.index(None)]
+        return 0.0, feedback(f"expected True or False, got {type_text(out)}.",
+                             "return a bool: bool(...) of your comparison.")
+    if got == [_order_sensitive(*case, last_only=False) for case in cases]:
+        return 0.0, feedback(
+            "you compared the logits at every position: positions 1 and 2 hold different tokens "
+            "after the swap, so their outputs differ for any model.",
+            "compare the last position only, logits[0, -1].")
+    return 0.0, feedback(f"{sum(g != t for g, t in zip(got, truth, strict=True))} of {len(cases)} "
+                         "answers differ from the measurement.",
+                         "seed before building the model, put it in eval mode, swap tokens 1 and 2, "
+                         "and compare the last position's logits.")
+
+
+register(Task(
+    id="07_measure_order",
+    title="Measuring order sensitivity",
+    points=2,
+    entry="order_sensitive",
+    forbidden=(),
+    cases=lambda: list(_ORDER_CASES),
+    run=_run_one_thread,
+    judge=_judge_order,
+))
+
+_PREDICTION_KEYS = ("none, 1 layer", "sinusoidal, 1 layer", "learned, 1 layer", "rope, 1 layer",
+                    "alibi, 1 layer", "none, 2 layers")
+
+
+def _judge_prediction(outputs: list, cases: list) -> tuple[float, str]:
+    (out,) = outputs
+    if is_marker(out, "error"):
+        return 0.0, feedback(f"your code raised {out['error']}.", "return a dict of six bools.")
+    if not isinstance(out, dict) or sorted(out) != sorted(_PREDICTION_KEYS) or not all(
+            isinstance(v, bool) for v in out.values()):
+        return 0.0, feedback("return a dict with exactly the six keys of the statement, each True or False.",
+                             f"the keys are {', '.join(repr(k) for k in _PREDICTION_KEYS)}.")
+    truth = {key: _order_sensitive(key.split(",")[0], int(key.split(", ")[1][0]))
+             for key in _PREDICTION_KEYS}
+    wrong = sum(out[key] != truth[key] for key in _PREDICTION_KEYS)
+    if not wrong:
+        return 1.0, "passed: every prediction matches the measurement."
+    return 0.0, feedback(f"{wrong} of {len(_PREDICTION_KEYS)} predictions disagree with the measurement.",
+                         "a model is order-blind when its last output is a function of the *set* of "
+                         "earlier tokens; think about what the causal mask does in a second layer.")
+
+
+register(Task(
+    id="07_predict_order",
+    title="Predict: which models notice a swap?",
+    points=1,
+    entry="predicted_order_sensitive",
+    forbidden=(),
+    cases=lambda: [()],
+    run=call,
+    judge=_judge_prediction,
+))

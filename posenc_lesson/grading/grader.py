@@ -1,0 +1,218 @@
+"""Grading one submission: run its plan in a kernel, take each task's outputs out, score them here.
+
+The outputs are taken inside the kernel by ``posenc_lesson.grading.in_kernel.harvest`` and
+loaded here with ``torch.load(weights_only=True)``; ``score`` runs in this process, where no
+learner code ever ran. A cell that kills its kernel is skipped and the plan reruns without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InfrastructureError, short
+from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
+from .plan import Exercise, Plan, Step, make_plan
+from .report import Graded, TaskResult
+from .submissions import Submission
+
+CHECKS_MODULE = "posenc_lesson.grading"  # the registry: TASKS, outputs_of, score
+DEFAULT_CELL_TIMEOUT = 30.0  # seconds per cell (and per task's test run)
+DEFAULT_NOTEBOOK_TIMEOUT = 300.0  # seconds for a whole notebook, restarts included
+MAX_OUTPUTS_BYTES = 64 * 2**20  # a task's saved outputs larger than this are not loaded
+
+
+@dataclass(frozen=True)
+class Limits:
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
+    notebook_timeout: float = DEFAULT_NOTEBOOK_TIMEOUT
+
+
+class Grader:
+    """Grades submissions against the trusted exercises with one checks module."""
+
+    def __init__(self, exercises: dict[str, Exercise], limits: Limits, checks_module: str = CHECKS_MODULE):
+        self.exercises = exercises
+        self.limits = limits
+        self.checks_module = checks_module
+        self.checks = importlib.import_module(checks_module)
+        self._zygote_dir = tempfile.TemporaryDirectory(prefix="posenc-grade-")
+        self.zygote = Zygote(checks_module, Path(self._zygote_dir.name)) if use_zygote() else None
+
+    def close(self) -> None:
+        """Stop the zygote (and with it any kernel still running)."""
+        if self.zygote is not None:
+            self.zygote.close()
+        self._zygote_dir.cleanup()
+
+    def grade(self, sub: Submission) -> Graded:
+        t0 = time.monotonic()
+        row = Graded(sub.student, sub.notebook, str(sub.path), sub.exercise, "ok", [], [])
+        if sub.problem:
+            row.status, row.reasons = sub.problem.split(":", 1)[0], [sub.problem]
+        else:
+            try:
+                self._grade(sub, row, t0)
+            except Exception as exc:  # a bug or a broken machine must cost one row, not the batch
+                why = str(exc) if isinstance(exc, InfrastructureError) else \
+                    f"the grader failed: {short(exc)}"
+                row.status, row.reasons = "grader-error", [why]
+                row.tasks = [self._zero(t, f"not graded: {why}") for t in self.exercises[sub.exercise].tasks]
+        row.seconds = time.monotonic() - t0
+        return row
+
+    def _zero(self, task_id: str, why: str) -> TaskResult:
+        task = self.checks.TASKS[task_id]
+        return TaskResult(task_id, task.title, 0.0, task.points, why)
+
+    def _grade(self, sub: Submission, row: Graded, t0: float) -> None:
+        ex = self.exercises[sub.exercise]
+        plan = make_plan(ex, sub.nb)
+        if sub.matched_by == "file name":
+            plan.notes.append("matched to its exercise by file name (no metadata.posenc_lesson.exercise)")
+        results, problems = self._execute(ex, plan, t0)
+        for gid, why in plan.task_problems.items():
+            if gid in self.checks.TASKS:
+                results[gid] = self._zero(gid, why)
+            problems.append(why)
+        row.tasks = [results[t] for t in ex.tasks]
+        row.reasons = problems + plan.notes
+        row.status = "problems" if problems else "ok"
+
+    def _execute(self, ex: Exercise, plan: Plan, t0: float) -> tuple[dict[str, TaskResult], list[str]]:
+        """Run the plan (restarting without a cell that kills its kernel), then test each task."""
+        lim = self.limits
+        deadline = t0 + lim.notebook_timeout
+        pending = [t for t in ex.tasks if t not in plan.task_problems]
+        results: dict[str, TaskResult] = {}
+        cell_notes: dict[int, str] = {}  # step index -> what went wrong there
+        excluded: set[int] = set()
+        learner_ran = False
+        with tempfile.TemporaryDirectory(prefix="posenc-grade-") as tmp:
+            while pending:
+                kernel = Kernel(Path(tmp), self.zygote)
+                try:
+                    kernel.start()
+                    setup = (f"import posenc_lesson.grading.in_kernel as _g; "
+                             f"_g.install({self.checks_module!r}); del _g")
+                    reply = kernel.run(setup, KERNEL_START_TIMEOUT, time.monotonic() + KERNEL_START_TIMEOUT)
+                    if reply.status != "ok":
+                        raise InfrastructureError(f"the grading kernel could not import the checks: "
+                                                  f"{reply.error or reply.status}")
+                    restart = False
+                    for i, step in enumerate(plan.steps):
+                        if i in excluded:
+                            continue
+                        reply = kernel.run(step.source, lim.cell_timeout, deadline)
+                        learner_ran = learner_ran or step.kind == "solution"
+                        if reply.status == "ok":
+                            continue
+                        if step.kind == "setup" and not learner_ran:
+                            raise InfrastructureError(
+                                f"the course's own cell {step.number} of {ex.stem} failed before any "
+                                f"of your code ran: {self._describe(reply)}")
+                        cell_notes.setdefault(i, self._describe(reply))
+                        if reply.notebook_limit:
+                            break
+                        if reply.kernel_gone:
+                            excluded.add(i)
+                            restart = True
+                            break
+                    if restart:
+                        if time.monotonic() < deadline:
+                            continue
+                        break
+                    for task_id in list(pending):
+                        if time.monotonic() >= deadline:
+                            break
+                        results[task_id], gone = self._test(kernel, ex, plan, task_id, Path(tmp), cell_notes,
+                                                            deadline)
+                        pending.remove(task_id)
+                        if gone:
+                            break
+                    if time.monotonic() >= deadline or not pending:
+                        break
+                finally:
+                    kernel.kill()
+        problems = []
+        for i, note in sorted(cell_notes.items()):
+            problems.append(f"{self._cell_name(plan.steps[i])} {note}")
+        for task_id in pending:  # only left when the notebook ran out of time
+            results[task_id] = self._zero(
+                task_id, f"not tested: the notebook ran past its {lim.notebook_timeout:g} s time limit")
+        if pending:
+            problems.append(f"the notebook ran past its {lim.notebook_timeout:g} s time limit; "
+                            f"untested: {', '.join(pending)}")
+        for task_id, res in results.items():
+            if res.score == 0 and res.feedback.startswith(("calling your answer", "testing your answer")):
+                problems.append(f"{task_id}: {res.feedback}")
+        return results, problems
+
+    @staticmethod
+    def _cell_name(step: Step) -> str:
+        if step.kind == "solution":
+            return f"your solution cell {step.grade_id!r}"
+        return f"the course's cell {step.number}"
+
+    def _describe(self, reply: Reply) -> str:
+        if reply.status == "error":
+            return f"raised {reply.error}"
+        if reply.status == "died":
+            return "crashed the kernel (the Python process exited or segfaulted); it was skipped"
+        if reply.notebook_limit:
+            return f"was stopped at the notebook's {self.limits.notebook_timeout:g} s time limit"
+        if reply.killed:
+            return (f"ran past the {self.limits.cell_timeout:g} s time limit and did not stop when "
+                    "interrupted; its kernel was killed and the cell skipped")
+        return f"was stopped after {self.limits.cell_timeout:g} s (the per-cell time limit)"
+
+    def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, tmp: Path,
+              cell_notes: dict[int, str], deadline: float) -> tuple[TaskResult, bool]:
+        """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
+        task = self.checks.TASKS[task_id]
+        path = tmp / f"outputs-{task_id}.pt"
+        path.unlink(missing_ok=True)
+        code = (f"import posenc_lesson.grading.in_kernel as _g; "
+                f"_g.harvest({task_id!r}, {task.entry!r}, {str(path)!r}); del _g")
+        reply = kernel.run(code, self.limits.cell_timeout, deadline)
+        own_cell = next((note for i, note in cell_notes.items() if plan.steps[i].grade_id == task_id), "")
+        if reply.status == "died":
+            return self._zero(task_id, "calling your answer crashed the kernel (the Python process "
+                                       "exited or segfaulted)"), True
+        if reply.status == "timeout":
+            why = ("calling your answer on the test inputs was stopped after "
+                   f"{self.limits.cell_timeout:g} s (the per-cell time limit); look for an endless loop")
+            if reply.notebook_limit:
+                why = f"not tested: the notebook ran past its {self.limits.notebook_timeout:g} s time limit"
+            return self._zero(task_id, why), reply.killed
+        if reply.status == "error":
+            return self._zero(task_id, f"testing your answer failed: {reply.error}"), False
+        try:
+            if path.stat().st_size > MAX_OUTPUTS_BYTES:
+                raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
+            import torch
+
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
+                                       f"({short(exc)})"), False
+        if not isinstance(saved, dict) or ("outputs" not in saved and "missing" not in saved):
+            return self._zero(task_id, "testing your answer failed: its outputs are malformed"), False
+        if "missing" in saved:
+            if own_cell:
+                why = f"your solution cell {own_cell}, so {task.entry!r} was never defined"
+            else:
+                why = f"your notebook does not define {task.entry!r}: the solution cell must define it"
+            return self._zero(task_id, why), False
+        try:
+            points, max_points, feedback = self.checks.score(task_id, saved["outputs"])
+        except Exception as exc:
+            return self._zero(task_id, f"testing your answer failed: could not score its outputs "
+                                       f"({short(exc)})"), False
+        points = min(max(float(points), 0.0), float(max_points))
+        if own_cell:
+            feedback = f"(note: your solution cell {own_cell}) {feedback}"
+        return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback), False

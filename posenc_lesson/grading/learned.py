@@ -1,0 +1,157 @@
+"""Lesson 04's tasks (exercises/04_learned_vs_sinusoidal.ipynb): a learned position table as
+an nn.Module, and a sinusoidal table ported from tensor2tensor's concatenated layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .judges import (
+    SINUSOIDAL_FORBIDDEN,
+    TABLE_MISTAKES,
+    Mistake,
+    as_float_tensor,
+    call,
+    close,
+    feedback,
+    interleaved_to_concat,
+    pe_table,
+    randn,
+    seeded,
+    swap_pairs,
+    tensor_judge,
+)
+from .tasks import NOT_IMPLEMENTED, Task, error_marker, is_marker, not_implemented, register
+
+
+def _learned_cases() -> list[tuple]:
+    g = seeded(104)
+    return [(8, 4, randn(g, 2, 5, 4), randn(g, 8, 4)),
+            (6, 3, randn(g, 1, 6, 3), randn(g, 6, 3)),
+            (4, 2, randn(g, 2, 7, 2), randn(g, 4, 2))]
+
+
+def _run_learned(cls: Callable, case: tuple) -> dict:
+    """Build the module (seeded), check its table, load a known table, call it on x."""
+    max_len, d_model, x, table = case
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        module = cls(max_len, d_model)
+    found = getattr(module, "table", None)
+    info: dict[str, Any] = {"is_module": isinstance(module, nn.Module),
+                            "is_parameter": isinstance(found, nn.Parameter),
+                            "table_shape": list(found.shape) if isinstance(found, Tensor) else None}
+    if isinstance(found, Tensor) and tuple(found.shape) == (max_len, d_model):
+        with torch.no_grad():
+            found.copy_(table)
+    try:
+        info["out"] = module(x)
+    except Exception as exc:  # judged: T > max_len must raise ValueError
+        info.update(error_marker(exc))
+    return info
+
+
+_LEARNED_HINT = ("store the table as self.table = nn.Parameter(...) of shape (max_len, d_model); "
+                 "forward(x) checks T = x.shape[1] against max_len and returns x + table[:T].")
+
+
+def _judge_learned(outputs: list, cases: list) -> tuple[float, str]:
+    problems: list[str] = []
+    passed = 0
+    for out, (max_len, d_model, x, table) in zip(outputs, cases, strict=True):
+        t = x.shape[1]
+        where = f"max_len={max_len}, d_model={d_model}, x of shape {tuple(x.shape)}"
+        if is_marker(out, "error") and "out" not in out and "table_shape" not in out:
+            problems.append(f"building or calling your module raised {out['error']} ({where}).")
+            continue
+        if not isinstance(out, dict):
+            problems.append(f"could not read your module's result ({where}).")
+            continue
+        if not_implemented(out):
+            return 0.0, NOT_IMPLEMENTED
+        if not out.get("is_module"):
+            problems.append("your class is not an nn.Module: subclass torch.nn.Module so the "
+                            "table is trained and saved with the model.")
+            continue
+        if out.get("table_shape") != [max_len, d_model]:
+            problems.append(f"self.table should have shape ({max_len}, {d_model}) = (max_len, d_model); "
+                            f"got {out.get('table_shape')}.")
+            continue
+        if not out.get("is_parameter"):
+            problems.append("self.table is a plain tensor, not an nn.Parameter: the optimiser "
+                            "would never update it.")
+            continue
+        if t > max_len:
+            error = out.get("error", "")
+            if error.startswith("ValueError"):
+                passed += 1
+            elif error:
+                problems.append(f"for T={t} > max_len={max_len} your module raised {error}; raise a "
+                                f"ValueError yourself, with a message naming T and max_len.")
+            else:
+                problems.append(f"for T={t} > max_len={max_len} your module returned a result; a "
+                                f"learned table has no rows past max_len, so raise a ValueError.")
+            continue
+        if "error" in out:
+            problems.append(f"your forward raised {out['error']} ({where}).")
+            continue
+        got = as_float_tensor(out.get("out"))
+        expected = x.double() + table.double()[:t]
+        if close(got, expected):
+            passed += 1
+        elif got is not None and close(got, table.double()[:t].expand_as(expected)):
+            problems.append("your forward returns the position vectors only; add them to x.")
+        elif got is not None and close(got, x.double()):
+            problems.append("your forward returns x unchanged; add the table's first T rows.")
+        elif got is not None and t < max_len and close(got, x.double() + table.double()[1:t + 1]):
+            problems.append("the positions are off by one: token 0 must get row 0 of the table.")
+        elif got is not None and tuple(got.shape) != tuple(expected.shape):
+            problems.append(f"wrong shape for {where}: expected {tuple(expected.shape)}, "
+                            f"got {tuple(got.shape)}.")
+        else:
+            problems.append(f"wrong values for {where}: expected x plus the first T rows of the table.")
+    fraction = passed / len(cases)
+    if not problems:
+        return 1.0, f"passed: all {len(cases)} cases behave as expected."
+    return fraction, feedback(problems[0], _LEARNED_HINT)
+
+
+register(Task(
+    id="04_learned_embedding",
+    title="A learned positional embedding",
+    points=3,
+    entry="LearnedPositions",
+    forbidden=("posenc_lesson.LearnedPositionalEmbedding",),
+    cases=_learned_cases,
+    run=_run_learned,
+    judge=_judge_learned,
+))
+
+
+def _add_table(x: Tensor) -> Tensor:
+    return x.double() + pe_table(x.shape[1], x.shape[2]).double()
+
+
+register(Task(
+    id="04_fix_concat",
+    title="Adding the sinusoidal table (find the bug)",
+    points=2,
+    entry="add_sinusoidal",
+    forbidden=SINUSOIDAL_FORBIDDEN,
+    cases=lambda: [(randn(seeded(105), 2, 5, 8),), (randn(seeded(106), 1, 12, 16),),
+                   (randn(seeded(107), 3, 4, 6),)],
+    run=call,
+    judge=tensor_judge(_add_table, [
+        Mistake(lambda x: x + interleaved_to_concat(pe_table(x.shape[1], x.shape[2])),
+                TABLE_MISTAKES[2].diagnosis, TABLE_MISTAKES[2].hint),
+        Mistake(lambda x: x + pe_table(x.shape[1], x.shape[2], base=100.0),
+                TABLE_MISTAKES[0].diagnosis, TABLE_MISTAKES[0].hint),
+        Mistake(lambda x: x + swap_pairs(pe_table(x.shape[1], x.shape[2])),
+                TABLE_MISTAKES[3].diagnosis, TABLE_MISTAKES[3].hint),
+        Mistake(lambda x: pe_table(x.shape[1], x.shape[2]).expand_as(x),
+                "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D)."),
+    ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
+))

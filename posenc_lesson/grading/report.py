@@ -1,0 +1,134 @@
+"""The reports: grades.csv, one JSON per submission, and the summary table.
+
+A :class:`Graded` row holds one submission's :class:`TaskResult` list, its status and the
+reasons for it; the reports are written atomically (a ``.part`` file, then a rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .plan import Exercise
+from .submissions import Submission
+
+
+@dataclass
+class TaskResult:
+    id: str
+    name: str
+    score: float
+    max_score: int
+    feedback: str
+
+
+@dataclass
+class Graded:
+    student: str
+    notebook: str
+    file: str
+    exercise: str | None
+    status: str  # "ok" | "problems" | "unreadable" | "unmatched" | "grader-error"
+    reasons: list[str]
+    tasks: list[TaskResult]
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tasks), 2)
+
+    @property
+    def max_score(self) -> int | None:
+        return sum(t.max_score for t in self.tasks) if self.exercise else None
+
+    def to_json(self) -> dict:
+        return {
+            "student": self.student, "notebook": self.notebook, "exercise": self.exercise,
+            "file": self.file, "status": self.status, "reason": "; ".join(self.reasons),
+            "score": self.score, "max_score": self.max_score,
+            "tasks": [{"id": t.id, "name": t.name, "score": t.score, "max_score": t.max_score,
+                       "feedback": t.feedback} for t in self.tasks],
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Reports: grades.csv, one JSON per row, the summary table
+# --------------------------------------------------------------------------------------
+
+def format_number(x: float | int | None) -> str:
+    if x is None:
+        return ""
+    x = round(float(x), 2)
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+def task_columns(rows: Iterable[Graded], exercises: dict[str, Exercise]) -> list[str]:
+    """Task ids of every exercise that has a row, in course order."""
+    present = {r.exercise for r in rows if r.exercise}
+    return [t for stem in sorted(present) for t in exercises[stem].tasks]
+
+
+def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", "notebook", "score", "max_score", *columns])
+    for r in rows:
+        by_id = {t.id: t for t in r.tasks}
+        w.writerow([r.student, r.notebook, format_number(r.score), format_number(r.max_score),
+                    *[format_number(by_id[c].score) if c in by_id else "" for c in columns]])
+    write_atomic(path, buf.getvalue())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def json_path(out: Path, row: Graded | Submission) -> Path:
+    return out / _safe(row.student) / f"{_safe(row.notebook)}.json"
+
+
+def _safe(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_.~@+" else "_" for c in name).lstrip(".")
+    return cleaned or "_"
+
+
+def summary(rows: list[Graded], columns: list[str], seconds: float, jobs: int, out: Path) -> str:
+    """The table printed at the end: a line per row, then per-notebook and per-task averages."""
+    lines = []
+    w_student = max([7] + [len(r.student) for r in rows])
+    w_nb = max([8] + [len(r.notebook) for r in rows])
+    lines.append(f"{'student':<{w_student}}  {'notebook':<{w_nb}}  {'score':>9}  {'status':<12}  reason")
+    for r in rows:
+        score = f"{format_number(r.score)}/{format_number(r.max_score)}" if r.max_score is not None else "-"
+        reason = "; ".join(r.reasons)
+        reason = reason if len(reason) <= 90 else reason[:87] + "..."
+        lines.append(f"{r.student:<{w_student}}  {r.notebook:<{w_nb}}  {score:>9}  {r.status:<12}  {reason}")
+    lines.append("")
+    graded = [r for r in rows if r.exercise]
+    for stem in sorted({r.exercise for r in graded}):
+        same = [r for r in graded if r.exercise == stem]
+        mean = sum(r.score for r in same) / len(same)
+        full = sum(r.score >= (r.max_score or 0) for r in same)
+        lines.append(f"{stem}: {len(same)} graded, mean {format_number(mean)}/"
+                     f"{format_number(same[0].max_score)}, full marks {full}")
+    if columns:
+        cells = []
+        for c in columns:
+            scored = [t for r in graded for t in r.tasks if t.id == c]
+            if scored:
+                cells.append(f"{c} {sum(t.score >= t.max_score for t in scored)}/{len(scored)}")
+        lines.append("tasks with full marks: " + ", ".join(cells))
+    students = len({r.student for r in rows})
+    per = seconds / len(rows) if rows else 0.0
+    lines.append(f"{len(rows)} notebook(s) from {students} student(s) in {seconds:.1f} s "
+                 f"({per:.1f} s each, --jobs {jobs}); grades: {out / 'grades.csv'}, "
+                 f"feedback: {out}/<student>/<notebook>.json")
+    return "\n".join(lines)

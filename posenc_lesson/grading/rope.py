@@ -1,0 +1,191 @@
+"""Lesson 05's tasks (exercises/05_rope.ipynb): RoPE in both channel layouts, the rotation
+matrix R_m, converting a projection between layouts, and the rotate_half pairing bug."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from .. import rope as _rope
+from .judges import (
+    Mistake,
+    call,
+    half_block,
+    not_a_rotation,
+    randn,
+    seeded,
+    tensor_judge,
+)
+from .tasks import Task, register
+
+
+def _rope_ref(x: Tensor, positions: Tensor, layout: str, base: float = 10_000.0) -> Tensor:
+    return _rope.apply_rope(x, positions, base=base, layout=layout)
+
+
+def _rope_mixed(x: Tensor, positions: Tensor, rotate: str) -> Tensor:
+    """Angles laid out for one layout, rotation pairs of the other (a real porting bug)."""
+    dh = x.shape[-1]
+    theta = _rope.rope_frequencies(dh).double()  # (Dh/2,)
+    angle = positions.double()[:, None] * theta[None, :]  # (T, Dh/2)
+    xd = x.double()
+    if rotate == "half":  # rotate_half, but cos/sin repeated pairwise (interleaved layout)
+        cos, sin = angle.cos().repeat_interleave(2, -1), angle.sin().repeat_interleave(2, -1)
+        x1, x2 = xd.chunk(2, dim=-1)
+        return xd * cos + torch.cat((-x2, x1), dim=-1) * sin
+    cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
+    rotated = torch.stack((-xd[..., 1::2], xd[..., 0::2]), dim=-1).flatten(-2)
+    return xd * cos + rotated * sin
+
+
+_ROPE_FORBIDDEN = ("posenc_lesson.apply_rope", "posenc_lesson.rope_rotation_matrix",
+                   "posenc_lesson.sinusoidal_offset_matrix")
+
+
+def _rope_cases() -> list[tuple]:
+    g = seeded(108)
+    return [(randn(g, 5, 8), torch.arange(5)),
+            (randn(g, 2, 3, 6, 4), torch.arange(6)),
+            (randn(g, 2, 4, 16), torch.arange(10, 14))]
+
+
+def _rope_mistakes(layout: str) -> list[Mistake]:
+    other = "half" if layout == "interleaved" else "interleaved"
+    pairs = {"interleaved": "(2i, 2i+1)", "half": "(i, i + Dh/2)"}
+    return [
+        Mistake(lambda x, p: _rope_ref(x, p, other),
+                f"layouts swapped: your output is the {other} layout, pairs {pairs[other]}.",
+                f"this task pairs channels {pairs[layout]}."
+                + (" x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair."
+                   if layout == "interleaved" else
+                   " The first half of the channels and the second half are the two coordinates.")),
+        Mistake(lambda x, p: _rope_ref(x, -p, layout),
+                "the sign is flipped: you rotate by -m theta_i (the transposed rotation).",
+                "x'_a = x_a cos - x_b sin and x'_b = x_a sin + x_b cos: the minus sign goes on "
+                "the first coordinate's update."),
+        Mistake(lambda x, p: _rope_ref(x, p, layout, base=100.0),
+                "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh) instead of "
+                "10000^(-2i/Dh).",
+                "i counts pairs, i = 0 .. Dh/2-1, and the exponent is -2i/Dh."),
+        Mistake(lambda x, p: _rope_ref(x, p, layout, base=1e8),
+                "the exponent is twice too large: theta_i = 10000^(-4i/Dh).",
+                "torch.arange(0, Dh, 2) already holds 2i."),
+        Mistake(lambda x, p: _rope_ref(x, p + 1, layout),
+                "the positions are off by one: you rotate token m by (m + 1) theta_i.",
+                "use the positions you are given as they are; they are 0-based."),
+        Mistake(lambda x, p: _rope_ref(x, p - 1, layout),
+                "the positions are off by one: you rotate token m by (m - 1) theta_i.",
+                "use the positions you are given as they are; they are 0-based."),
+        Mistake(lambda x, p: _rope_ref(x, torch.arange(x.shape[-2]), layout),
+                "you ignore the positions argument and rotate by 0 .. T-1.",
+                "rotate token t by positions[t] * theta_i (with a KV cache they do not start at 0)."),
+        Mistake(lambda x, p: _rope_mixed(x, p, "half" if layout == "interleaved" else "interleaved"),
+                "the pairing is mixed up: your cos/sin are laid out for one layout and the "
+                "rotation pairs channels the other way.",
+                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+        Mistake(lambda x, p: _rope_mixed(x, p, layout),
+                "the pairing is mixed up: your cos/sin are laid out for one layout and the "
+                "rotation pairs channels the other way.",
+                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+    ]
+
+
+for _layout, _points in (("interleaved", 3), ("half", 3)):
+    register(Task(
+        id=f"05_apply_rope_{_layout}",
+        title=f"RoPE, {_layout} layout",
+        points=_points,
+        entry=f"apply_rope_{_layout}",
+        forbidden=_ROPE_FORBIDDEN,
+        cases=_rope_cases,
+        run=call,
+        judge=tensor_judge(functools.partial(_rope_ref, layout=_layout), _rope_mistakes(_layout),
+                           ("x", "positions"),
+                           "rotate pair i of token t by the angle positions[t] * theta_i, "
+                           "theta_i = 10000^(-2i/Dh)."),
+    ))
+
+
+def _rope_matrix(m: int, dh: int, base: float = 10_000.0) -> Tensor:
+    return _rope.rope_rotation_matrix(m, dh, base)
+
+
+register(Task(
+    id="05_rotation_matrix",
+    title="The RoPE rotation matrix R_m",
+    points=2,
+    entry="rope_matrix",
+    forbidden=_ROPE_FORBIDDEN,
+    cases=lambda: [(1, 4), (3, 8), (-2, 8), (10, 6)],
+    run=call,
+    judge=tensor_judge(_rope_matrix, [
+        Mistake(lambda m, dh: _rope_matrix(-m, dh),
+                "the sign is flipped: your matrix is R_m transposed, a rotation by -m theta_i.",
+                "each block is [[cos, -sin], [sin, cos]] acting on a column vector: the minus "
+                "sign is in the first row."),
+        Mistake(lambda m, dh: half_block(_rope_matrix(m, dh)),
+                "your blocks pair channel i with i + Dh/2 (the half layout); this task asks for "
+                "the interleaved one.",
+                "put block i at rows and columns 2i and 2i+1."),
+        Mistake(lambda m, dh: _rope_matrix(m, dh, base=100.0),
+                "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh).",
+                "theta_i = 10000^(-2i/Dh), i = 0 .. Dh/2-1."),
+        Mistake(lambda m, dh: _rope_matrix(m + 1, dh),
+                "the position is off by one: you rotate by (m + 1) theta_i.",
+                "position m turns pair i by exactly m * theta_i."),
+    ], ("position", "head_dim"), "R_m is block-diagonal; block i rotates channels (2i, 2i+1) by "
+                                 "m * theta_i, so that R_m @ x is RoPE applied to x at position m.",
+        symptom=not_a_rotation),
+))
+
+
+def _convert(w: Tensor, h: int) -> Tensor:
+    return _rope.convert_rope_weight(w, h)
+
+
+def _convert_cases() -> list[tuple]:
+    g = seeded(109)
+    return [(randn(g, 8, 3), 1), (randn(g, 16, 5), 2), (randn(g, 24), 3)]
+
+
+register(Task(
+    id="05_convert_layout",
+    title="Converting a projection from the interleaved to the half layout",
+    points=2,
+    entry="interleaved_to_half",
+    forbidden=("posenc_lesson.convert_rope_weight", "posenc_lesson.rope_layout_permutation"),
+    cases=_convert_cases,
+    run=call,
+    judge=tensor_judge(_convert, [
+        Mistake(lambda w, h: _rope.convert_rope_weight(w, h, src="half", dst="interleaved"),
+                "you converted the other way, from the half layout to the interleaved one "
+                "(the inverse permutation).",
+                "row 2i of a head goes to row i, row 2i+1 to row i + Dh/2: the new order lists "
+                "the even rows first, then the odd ones."),
+        Mistake(lambda w, h: _convert(w, 1),
+                "you permuted all the rows as if there were one head: each head must be "
+                "permuted on its own.",
+                "reshape the rows to (num_heads, Dh, ...), permute the Dh axis, reshape back."),
+        Mistake(lambda w, h: _convert(w.T, h).T if w.dim() == 2 else _convert(w, h),
+                "you permuted the columns (the input features); the layout lives in the rows "
+                "(the output features of the projection).",
+                "nn.Linear.weight has shape (out_features, in_features); permute axis 0."),
+    ], ("weight", "num_heads"), "per head, reorder the Dh output rows so that interleaved pair "
+                                "(2i, 2i+1) becomes half pair (i, i + Dh/2)."),
+))
+
+register(Task(
+    id="05_fix_pairing",
+    title="RoPE with rotate_half (find the bug)",
+    points=2,
+    entry="rope_half_fixed",
+    forbidden=_ROPE_FORBIDDEN,
+    cases=_rope_cases,
+    run=call,
+    judge=tensor_judge(functools.partial(_rope_ref, layout="half"), _rope_mistakes("half"),
+                       ("x", "positions"),
+                       "with rotate_half, channel j and channel j + Dh/2 form one pair and must "
+                       "share the angle of that pair.", partial=False),
+))

@@ -1,0 +1,106 @@
+"""Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix M_k with
+PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and the rotation-sign bug."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import sinusoidal as _sinusoidal
+from .judges import (
+    Mistake,
+    call,
+    half_block,
+    not_a_rotation,
+    pe_table,
+    randn,
+    seeded,
+    tensor_judge,
+)
+from .tasks import Task, register
+
+_OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
+                     "posenc_lesson.apply_rope")
+
+
+def _offset(k: int, d: int, base: float = 10_000.0) -> Tensor:
+    return _sinusoidal.sinusoidal_offset_matrix(k, d, base)
+
+
+_OFFSET_SIGN = ("the rotation turns the wrong way: your matrix is M_k transposed, which is "
+                "M_(-k): it moves k positions back.")
+_OFFSET_SIGN_HINT = ("write out sin(a + b) and cos(a + b) with the angle-addition formulas for a "
+                     "(sin, cos) pair: which entry of the 2x2 block carries the minus sign? It is "
+                     "not where the usual rotation matrix [[cos, -sin], [sin, cos]] has it.")
+
+register(Task(
+    id="03_offset_matrix",
+    title="The offset matrix M_k",
+    points=3,
+    entry="offset_matrix",
+    forbidden=_OFFSET_FORBIDDEN,
+    cases=lambda: [(1, 8), (5, 16), (-3, 8), (100, 4), (0, 6)],
+    run=call,
+    judge=tensor_judge(_offset, [
+        Mistake(lambda k, d: _offset(-k, d), _OFFSET_SIGN, _OFFSET_SIGN_HINT),
+        Mistake(lambda k, d: _offset(k, d, base=100.0),
+                "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
+                "omega_i = 10000^(-2i/d_model), i = 0 .. d_model/2-1."),
+        Mistake(lambda k, d: half_block(_offset(k, d)),
+                "your blocks pair channel i with i + d_model/2; the table pairs (2i, 2i+1).",
+                "put the 2x2 block of pair i at rows and columns 2i and 2i+1."),
+        Mistake(lambda k, d: _offset(1, d),
+                "your matrix does not depend on k: it shifts by one position.",
+                "the angle of pair i is k * omega_i."),
+    ], ("k", "d_model"), "M_k is block-diagonal; block i acts on channels (2i, 2i+1) and turns the angle "
+                         "by k * omega_i.", symptom=not_a_rotation),
+))
+
+
+def _pe_dot(k: int, d: int, base: float = 10_000.0) -> Tensor:
+    omega = _sinusoidal.sinusoidal_frequencies(d, base)  # (D/2,)
+    return torch.cos(k * omega).sum()
+
+
+register(Task(
+    id="03_offset_dot",
+    title="The dot product PE[pos] . PE[pos + k]",
+    points=2,
+    entry="pe_dot",
+    forbidden=(),
+    cases=lambda: [(0, 8), (1, 8), (7, 16), (-7, 16), (30, 64)],
+    run=lambda fn, case: (lambda out: out.reshape(()) if isinstance(out, Tensor) and out.numel() == 1
+                          else out)(fn(*case)),
+    judge=tensor_judge(_pe_dot, [
+        Mistake(lambda k, d: _pe_dot(k, d, base=100.0),
+                "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
+                "omega_i = 10000^(-2i/d_model)."),
+        Mistake(lambda k, d: torch.sin(k * _sinusoidal.sinusoidal_frequencies(d)).sum(),
+                "you summed sines; the sin*sin + cos*cos of each pair gives a cosine.",
+                "cos(a - b) = cos a cos b + sin a sin b."),
+        Mistake(lambda k, d: _pe_dot(k, d) / (d // 2),
+                "you took the mean over the pairs, not the sum.",
+                "a dot product sums over all d_model channels, that is over all d_model/2 pairs."),
+        Mistake(lambda k, d: torch.cos(k * _sinusoidal.sinusoidal_frequencies(d)),
+                "you returned one term per pair, not their sum.",
+                "return a single number: the sum over i."),
+    ], ("k", "d_model"), "pair i contributes sin(a)sin(b) + cos(a)cos(b) with a - b = -k * omega_i."),
+))
+
+register(Task(
+    id="03_fix_rotation_sign",
+    title="Shifting an encoding by k (find the bug)",
+    points=2,
+    entry="shift_encoding",
+    forbidden=_OFFSET_FORBIDDEN,
+    cases=lambda: [(pe_table(8, 8)[:, :], 5), (randn(seeded(103), 4, 16), -2),
+                   (pe_table(20, 4, start=3), 11)],
+    run=call,
+    judge=tensor_judge(lambda pe, k: pe.double() @ _offset(k, pe.shape[-1]).double().T, [
+        Mistake(lambda pe, k: pe.double() @ _offset(-k, pe.shape[-1]).double().T,
+                "your rows move k positions back, not forward: the rotation's sign is flipped "
+                "(M_k transposed, or the rows multiplied by M_k from the wrong side).",
+                _OFFSET_SIGN_HINT),
+    ], ("pe", "k"), "row r of the answer is M_k @ pe[r]: each (sin, cos) pair turned by k * omega_i.",
+        partial=False),
+))

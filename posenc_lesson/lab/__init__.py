@@ -1,0 +1,12 @@
+"""The training lab: what trains, built from the math modules one floor up.
+
+    model        TinyDecoder: a tiny causal Transformer, position scheme chosen by name (SCHEMES)
+    copy_task    the copy task (BOS x1..xn SEP x1..xn): copy_batch, with loss only on the copy
+    train        training and evaluation with a progress bar
+    experiments  the length-extrapolation lab: python -m posenc_lesson.lab.experiments
+                 (what `make experiments` runs) rewrites its CSV in notebooks/
+
+The lab imports the math modules (``posenc_lesson.attention``, ``rope``, ...) and never the
+grading layer. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
+``posenc_lesson.SCHEMES`` and ``posenc_lesson.copy_batch``.
+"""

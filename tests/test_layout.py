@@ -1,0 +1,194 @@
+"""The package's three rooms: imports point one way (math <- lab <- grading), files stay small,
+and a lesson's exercises are registered by naming one topic file.
+
+The top ``posenc_lesson/__init__.py`` re-exports TinyDecoder, SCHEMES and copy_batch from the
+lab, so importing any math module *through the package* loads the lab too. The tests therefore
+read each module's own import statements (``ast``), and import the math modules and the lab in
+a fresh interpreter where the package's ``__init__`` does not run.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from posenc_lesson import grading
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "posenc_lesson"
+MATH = sorted(p.stem for p in PKG.glob("*.py") if p.name != "__init__.py")
+LAB = sorted(p.stem for p in (PKG / "lab").glob("*.py") if p.name != "__init__.py")
+GRADING = sorted(p.stem for p in (PKG / "grading").glob("*.py")
+                 if p.name not in ("__init__.py", "__main__.py"))
+MAX_LINES = 420  # "about 400 lines" (DEVELOPERS.md), with a little slack
+
+
+def imports_of(source: str, module: str) -> set[str]:
+    """Every module a source names in its imports, as absolute dotted names.
+
+    ``module`` is the dotted name of the file (to resolve relative imports). ``from X import a``
+    yields X and X.a (a may be a submodule); ``importlib.import_module("...")`` with a literal
+    name counts too.
+    """
+    package = module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[:len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
+    return found
+
+
+def _in_room(name: str, room: str) -> bool:
+    return name == f"posenc_lesson.{room}" or name.startswith(f"posenc_lesson.{room}.")
+
+
+def _source(*parts: str) -> str:
+    return PKG.joinpath(*parts).read_text(encoding="utf-8")
+
+
+def test_the_import_reader_catches_every_way_to_reach_another_room():
+    """The checks below can fail: each of these would be flagged."""
+    assert "posenc_lesson.lab.model" in imports_of("from .lab.model import TinyDecoder", "posenc_lesson.rope")
+    assert "posenc_lesson.lab" in imports_of("from . import lab", "posenc_lesson.alibi")
+    assert "posenc_lesson.TinyDecoder" in imports_of("from . import TinyDecoder", "posenc_lesson.alibi")
+    assert "posenc_lesson.grading" in imports_of("from .. import grading", "posenc_lesson.lab.train")
+    assert "posenc_lesson.grading.tasks" in imports_of("from ..grading.tasks import TASKS",
+                                                       "posenc_lesson.lab.model")
+    assert "posenc_lesson.grading" in imports_of("import posenc_lesson.grading", "posenc_lesson.lab.model")
+    assert "posenc_lesson.grading.judges" in imports_of(
+        "import importlib\nimportlib.import_module('posenc_lesson.grading.judges')", "posenc_lesson.viz")
+    assert "posenc_lesson.attention" in imports_of("from ..attention import causal_mask",
+                                                   "posenc_lesson.lab.model")
+
+
+def test_the_rooms_hold_what_the_layout_promises():
+    assert {"attention", "sinusoidal", "learned", "rope", "alibi", "viz", "_checks"} <= set(MATH)
+    assert {"model", "copy_task", "train", "experiments"} <= set(LAB)
+    assert {"tasks", "judges", "submissions", "plan", "kernel", "report", "cli"} <= set(GRADING)
+    assert set(grading.TOPICS) <= set(GRADING)
+
+
+@pytest.mark.parametrize("name", MATH)
+def test_math_modules_import_neither_lab_nor_grading(name):
+    names = imports_of(_source(f"{name}.py"), f"posenc_lesson.{name}")
+    wrong = sorted(n for n in names if _in_room(n, "lab") or _in_room(n, "grading"))
+    assert not wrong, f"posenc_lesson/{name}.py imports {wrong}: the math modules stand alone"
+    # a name taken from the package itself may only be another math module: the package's
+    # __init__ re-exports the lab, so `from . import TinyDecoder` would hide a dependency
+    via_init = sorted(n.split(".", 1)[1] for n in names
+                      if n.count(".") == 1 and n.startswith("posenc_lesson.") and n.split(".")[1] not in MATH)
+    assert not via_init, f"posenc_lesson/{name}.py takes {via_init} from the package's __init__"
+
+
+@pytest.mark.parametrize("name", LAB)
+def test_the_lab_never_imports_grading(name):
+    names = imports_of(_source("lab", f"{name}.py"), f"posenc_lesson.lab.{name}")
+    wrong = sorted(n for n in names if _in_room(n, "grading"))
+    assert not wrong, f"posenc_lesson/lab/{name}.py imports {wrong}: grading builds on the lab, not back"
+    via_init = sorted(n for n in names if n.count(".") == 1 and n.startswith("posenc_lesson.")
+                      and n.split(".")[1] not in MATH + ["lab"])
+    assert not via_init, f"posenc_lesson/lab/{name}.py takes {via_init} from the package's __init__"
+
+
+LOADED = """
+import importlib, json, sys, types
+from pathlib import Path
+
+pkg = types.ModuleType("posenc_lesson")  # the package without its __init__ (which loads the lab)
+pkg.__path__ = [str(Path({pkg!r}))]
+sys.modules["posenc_lesson"] = pkg
+for name in {modules!r}:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("posenc_lesson."))))
+"""
+
+
+def _loaded_after_importing(modules: list[str]) -> list[str]:
+    code = LOADED.format(pkg=str(PKG), modules=modules)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_math_modules_load_neither_lab_nor_grading_in_a_fresh_interpreter():
+    loaded = _loaded_after_importing([f"posenc_lesson.{m}" for m in MATH])
+    assert {f"posenc_lesson.{m}" for m in MATH} <= set(loaded)
+    wrong = [m for m in loaded if _in_room(m, "lab") or _in_room(m, "grading")]
+    assert not wrong, f"importing the math modules loaded {wrong}"
+
+
+def test_the_lab_loads_no_grading_in_a_fresh_interpreter():
+    loaded = _loaded_after_importing([f"posenc_lesson.lab.{m}" for m in LAB])
+    assert {f"posenc_lesson.lab.{m}" for m in LAB} <= set(loaded)
+    wrong = [m for m in loaded if _in_room(m, "grading")]
+    assert not wrong, f"importing the lab loaded {wrong}"
+
+
+def test_no_python_file_in_the_package_is_longer_than_about_400_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted(PKG.rglob("*.py"))}
+    assert len(sizes) > 20
+    too_long = {path: n for path, n in sizes.items() if n > MAX_LINES}
+    assert not too_long, f"split these along the concept they mix: {too_long}"
+
+
+TOPIC_TASKS = """
+import importlib, json, sys, types
+from pathlib import Path
+
+grading = types.ModuleType("posenc_lesson.grading")  # without the __init__ that loads every topic
+grading.__path__ = [str(Path({path!r}))]
+sys.modules["posenc_lesson.grading"] = grading
+tasks = importlib.import_module("posenc_lesson.grading.tasks")
+assert not tasks.TASKS, "tasks.py registers tasks itself"
+by_topic = {{}}
+for topic in tasks.TOPICS:
+    before = set(tasks.TASKS)
+    importlib.import_module(f"posenc_lesson.grading.{{topic}}")
+    by_topic[topic] = [t for t in tasks.TASKS if t not in before]
+print(json.dumps(by_topic))
+"""
+
+
+def test_a_topic_file_registers_its_lessons_tasks_when_named_in_topics():
+    """Adding a lesson's exercises = one topic file + its name in TOPICS: nothing else registers."""
+    code = TOPIC_TASKS.format(path=str(PKG / "grading"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    by_topic = json.loads(out.stdout.splitlines()[-1])
+    assert list(by_topic) == list(grading.TOPICS)
+    assert [t for ids in by_topic.values() for t in ids] == list(grading.TASKS)
+    for topic, ids in by_topic.items():
+        assert ids, f"grading/{topic}.py registers no task"
+        assert len({t[:2] for t in ids}) == 1, f"grading/{topic}.py mixes lessons: {ids}"
+    registering = {name for name in GRADING
+                   if any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "register"
+                          for n in ast.walk(ast.parse(_source("grading", f"{name}.py"))))}
+    assert registering == set(grading.TOPICS), "a module registers tasks without being in TOPICS"
+
+
+def test_the_lab_runs_as_a_module():
+    cmd = [sys.executable, "-W", "error::RuntimeWarning", "-m", "posenc_lesson.lab.experiments", "--help"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--out" in out.stdout and "notebooks" in out.stdout
