@@ -1,0 +1,303 @@
+"""The course website (`make book`), built and read in a real browser.
+
+The site is built once per run from the committed notebooks (tools/build_book.py, into a
+temporary folder), served on a free localhost port, and every page is opened in Debian's
+headless Chromium, as the JupyterLab browser test does. For every page:
+
+    no console error, no failed request, nothing fetched from another host (the site works
+        offline: MathJax is served from the site itself);
+    every formula typeset: no `$...$`, `$$`, `\\(` or `\\[` left in the text, every math
+        element holds MathJax output, and no MathJax error;
+    every image loads (naturalWidth > 0) and has alt text; a lesson page shows as many
+        figures as its notebook stores (explorers included, as their first frame);
+    every link to the site itself reaches a page, and its #anchor exists there;
+    axe-core (axe-playwright-python) finds no serious or critical accessibility violation.
+
+A full-page screenshot of each goes to screenshots/book/ (git-ignored). Beside the browser,
+the built files are searched for solution text: any line of solution code that neither the
+exercise nor the lesson notebooks contain, and nbgrader's BEGIN SOLUTION / BEGIN HIDDEN TESTS
+markers. Pages are found from the notebooks, never listed by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import html.parser
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import build_book  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = ROOT / "screenshots" / "book"
+LESSONS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+EXERCISES = sorted(ROOT.glob("exercises/[0-9][0-9]_*.ipynb"))
+SOLUTIONS = sorted(ROOT.glob("solutions/[0-9][0-9]_*.ipynb"))
+PAGES = (["index", "exercises/index"] + [f"notebooks/{nb.stem}" for nb in LESSONS]
+         + [f"exercises/{nb.stem}" for nb in EXERCISES] + ["search", "genindex"])
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(),
+                       reason="site test skipped: /usr/bin/chromium not found; install it with "
+                              "`apt-get install chromium` (CI's .ci/run does) to enable it"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """`make book`'s build, into a temporary folder; the site's root folder."""
+    tgz = build_book.CACHE / f"mathjax-{build_book.MATHJAX_VERSION}.tgz"
+    if not tgz.exists() and shutil.which("npm") is None:
+        pytest.skip("site test skipped: the build fetches MathJax with npm, which is not installed "
+                    "(`apt-get install npm`; CI's .ci/run does)")
+    build_dir = tmp_path_factory.mktemp("book")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), "--build-dir",
+                           str(build_dir)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"the site did not build:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    print(f"\nsite built in {time.monotonic() - start:.1f} s")
+    return build_dir / "html"
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    """The site on a free localhost port, as a static host serves it; always stopped."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Debian Chromium for all pages; always closed."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+# ---- what a notebook stores, to compare the page against ------------------------------------
+
+def stored_figures(notebook: Path) -> int:
+    """Images in the cells' outputs plus those stored in Output widgets (the explorers' frames)."""
+    nb = json.loads(notebook.read_text())
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    state = nb["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    outputs += [o for m in state.values() if m.get("model_name") == "OutputModel"
+                for o in m.get("state", {}).get("outputs", [])]
+    return sum(any(t in o.get("data", {}) for t in IMAGE_TYPES) for o in outputs)
+
+
+# ---- the page, read in one round trip ---------------------------------------------------------
+
+PAGE_JS = r"""async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  await document.fonts.ready;
+  const main = document.querySelector('main') || document.body;
+  const images = [...document.images].map(i => ({
+    src: i.getAttribute('src'), width: i.naturalWidth, complete: i.complete,
+    alt: (i.getAttribute('alt') || '').trim(), output: !!i.closest('.cell_output')}));
+  const links = [...document.querySelectorAll('a[href]')].map(a => a.href);
+  const math = [...document.querySelectorAll('span.math, div.math')];
+  const untypeset = math.filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 80));
+  const errors = [...document.querySelectorAll('mjx-merror, [data-mjx-error]')]
+    .map(e => e.getAttribute('data-mjx-error') || e.textContent.slice(0, 80));
+  const prose = main.cloneNode(true);
+  prose.querySelectorAll('pre, code, mjx-container, script, style, .highlight').forEach(e => e.remove());
+  const text = prose.textContent;
+  const raw = [];
+  for (const re of [/\$\$/g, /\\\(/g, /\\\[/g, /\$[^\s$][^$\n]{0,200}?\$/g]) {
+    for (const m of text.matchAll(re)) raw.push(text.slice(Math.max(0, m.index - 40), m.index + 60));
+  }
+  return {images, links, math: math.length, untypeset, errors, raw, text: main.innerText};
+}"""
+
+
+class _Ids(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.ids.update(v for k, v in attrs if k in ("id", "name") and v)
+
+
+@functools.cache
+def _ids(path: Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(errors="replace"))
+    return frozenset(parser.ids)
+
+
+def _broken_links(links: list[str], base: str, site: Path) -> list[str]:
+    broken = []
+    for href in links:
+        if not href.startswith(base + "/"):
+            continue  # another host (a paper on arXiv): a link out, not a resource of the site
+        url, fragment = urldefrag(href)
+        path = site / unquote(urlsplit(url).path).lstrip("/")
+        if path.is_dir():
+            path = path / "index.html"
+        if not path.is_file():
+            broken.append(f"{href} (no such file)")
+        elif fragment and path.suffix == ".html" and unquote(fragment) not in _ids(path):
+            broken.append(f"{href} (no #{fragment} on that page)")
+    return broken
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_reads_well_offline(browser, server, site, name):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console error: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    page.on("request", lambda r: None if r.url.startswith((server, "data:", "blob:", "about:"))
+            else problems.append(f"fetched from another host: {r.url}"))
+    try:
+        page.goto(f"{server}/{name}.html", wait_until="load")
+        state = page.evaluate(PAGE_JS)
+        page.wait_for_load_state("networkidle")
+        _check_page(page, name, state, server, site, problems)
+    finally:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name.replace('/', '__')}.png"), full_page=True)
+        context.close()
+
+
+def _check_page(page, name: str, state: dict, server: str, site: Path, problems: list[str]) -> None:
+    assert not problems, f"{name}: " + "; ".join(problems)
+    assert not state["untypeset"], f"{name}: formulas MathJax did not typeset: {state['untypeset'][:5]}"
+    assert not state["errors"], f"{name}: MathJax errors: {state['errors'][:5]}"
+    assert not state["raw"], f"{name}: raw TeX delimiters left in the text: {state['raw'][:5]}"
+
+    bad = [i["src"] for i in state["images"] if not (i["complete"] and i["width"] > 0)]
+    assert not bad, f"{name}: images that did not load: {bad}"
+    no_alt = [i["src"] for i in state["images"] if i["output"] and not i["alt"]]
+    assert not no_alt, f"{name}: figures without alt text: {no_alt}"
+    if name.startswith("notebooks/"):
+        expected = stored_figures(ROOT / f"{name}.ipynb")
+        shown = sum(i["output"] for i in state["images"])
+        assert shown == expected, f"{name}: shows {shown} figures, its notebook stores {expected}"
+        rel = f"{name}.ipynb"
+        assert "Run this lesson" in state["text"] and "make lab" in state["text"] and rel in state["text"], \
+            f"{name}: no 'Run this lesson' note naming `make lab` and {rel}"
+
+    broken = _broken_links(state["links"], server, site)
+    assert not broken, f"{name}: broken links: {broken}"
+
+    from axe_playwright_python.sync_playwright import Axe
+
+    violations = [v for v in Axe().run(page).response["violations"] if v["impact"] in ("serious", "critical")]
+    assert not violations, f"{name}: accessibility violations: " + "; ".join(
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
+        for v in violations)
+
+
+def test_search_finds_a_lesson_offline(browser, server):
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/search.html?q=rotary", wait_until="load")
+        page.wait_for_selector("#search-results li a", timeout=30_000)
+        hrefs = page.locator("#search-results li a").evaluate_all("links => links.map(a => a.href)")
+    finally:
+        context.close()
+    assert any("rope" in href for href in hrefs), f"searching 'rotary' finds no RoPE page: {hrefs}"
+
+
+def test_site_has_one_page_per_notebook_and_no_other(site):
+    built = {p.relative_to(site).with_suffix("").as_posix() for p in site.rglob("*.html")
+             if not p.relative_to(site).parts[0].startswith("_")}
+    assert built == set(PAGES)
+    assert not any("solutions" in p.as_posix() for p in site.rglob("*")), "the site publishes solutions/"
+
+
+def test_landing_page_lists_the_lessons_in_order_and_the_two_commands(site):
+    index = (site / "index.html").read_text()
+    assert "make lab" in _site_text(site / "index.html") and "make test" in _site_text(site / "index.html")
+    nav = index[index.index('class="bd-sidebar-primary'):]
+    where = {nb.stem: nav.find(f'href="notebooks/{nb.stem}.html"') for nb in LESSONS}
+    assert all(w >= 0 for w in where.values()) and list(where.values()) == sorted(where.values()), \
+        f"the sidebar does not list every lesson in order: {where}"
+    for nb in EXERCISES:
+        assert f'href="exercises/{nb.stem}.html"' in nav, f"the sidebar misses exercises/{nb.name}"
+
+
+class _Text(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.parts: list[str] = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def _site_text(path: Path) -> str:
+    if path.suffix == ".html":
+        parser = _Text()
+        parser.feed(path.read_text(errors="replace"))
+        return "".join(parser.parts)
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text())
+        return "\n".join(json.dumps(c) + "\n" + "".join(c["source"]) for c in nb["cells"])
+    return path.read_text(errors="replace")
+
+
+def _sources(notebooks: list[Path]) -> str:
+    return "\n".join("".join(cell["source"]) for path in notebooks
+                     for cell in json.loads(path.read_text())["cells"])
+
+
+def test_no_solution_text_anywhere_in_the_site(site):
+    public = _sources(EXERCISES + LESSONS)  # what a learner is meant to see, hints included
+    secret = set()
+    for path in SOLUTIONS:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                secret.update(line.strip() for line in "".join(cell["source"]).splitlines())
+    # lines a learner cannot have seen; short ones (`return x`, `)`) say nothing about the answer
+    secret = {line for line in secret if len(line) >= 12 and line not in public}
+    assert secret, "found no solution-only code lines: the check would be empty"
+    markers = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+    leaks = []
+    ours = [p for p in site.rglob("*") if p.is_file() and p.relative_to(site).parts[0] != "_static"]
+    for path in sorted(p for p in ours if p.suffix in {".html", ".ipynb", ".js", ".txt", ".json", ".md"}):
+        text = _site_text(path)
+        found = [m for m in markers if m in text] + [line for line in secret if line in text]
+        leaks += [f"{path.relative_to(site)}: {line!r}" for line in found[:3]]
+    assert not leaks, "solution text in the site: " + "; ".join(leaks[:10])

@@ -1,0 +1,245 @@
+"""Build the course as a static website (`make book`).
+
+    README.md            --> index.md            the landing page: overview, lesson order, how to run
+    notebooks/NN_*.ipynb --> notebooks/NN_*.ipynb  one page per lesson, in order
+    exercises/NN_*.ipynb --> exercises/NN_*.ipynb  one page per exercise notebook (stubs only)
+                         --> exercises/index.md  how to work an exercise (from README.md)
+
+The notebooks are found by globbing, never listed by hand. Each page is rendered from the
+notebook's stored outputs (nothing runs unless --execute), after the changes that
+tools/build_book_notebooks.py makes to a copy under <build>/src (never to the repository's
+files): a "Run this lesson" note, the explorers' stored first frames, alt text for every
+figure, and no links into solutions/.
+
+Sphinx with MyST-NB and sphinx-book-theme (configuration: book/conf.py) then writes the site
+to <build>/html. MathJax 3 comes from the npm registry's `mathjax` package, fetched once with
+npm into _build/cache (checked against its pinned sha512), and is served from the site, so
+every formula typesets without a network connection.
+
+Usage:
+    python tools/build_book.py [--build-dir DIR] [--execute] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from build_book_notebooks import execute, prepare_notebook, relink, title
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+CACHE = ROOT / "_build" / "cache"
+
+MATHJAX_VERSION = "3.2.2"
+# dist.integrity of mathjax@3.2.2 in the npm registry
+MATHJAX_SHA512 = "Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw=="
+# what the site loads from es5/: the TeX-to-HTML bundle, its fonts, the TeX extensions it
+# autoloads (e.g. \boldsymbol), and the menu's accessibility components and their data
+MATHJAX_PARTS = ("tex-chtml.js", "output/chtml/", "input/tex/extensions/", "a11y/", "ui/", "sre/",
+                 "adaptors/")
+
+
+class BookError(RuntimeError):
+    """A build problem with a known fix; printed without a traceback."""
+
+
+# ---- MathJax: fetched once with npm, served from the site ------------------------------
+
+def _mathjax_tarball() -> Path:
+    tgz = CACHE / f"mathjax-{MATHJAX_VERSION}.tgz"
+    if not tgz.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise BookError(
+                f"MathJax {MATHJAX_VERSION} is not in {CACHE} and npm is not installed to fetch it. "
+                "Fix: install Node.js's npm (Debian: `apt-get install npm`) and run `make book` again, "
+                f"or put the npm registry's mathjax-{MATHJAX_VERSION}.tgz into {CACHE}/ yourself.")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            done = subprocess.run([npm, "pack", f"mathjax@{MATHJAX_VERSION}", "--silent",
+                                   "--pack-destination", tmp], capture_output=True, text=True)
+            got = Path(tmp) / tgz.name
+            if done.returncode != 0 or not got.exists():
+                raise BookError(
+                    f"`npm pack mathjax@{MATHJAX_VERSION}` failed ({done.stderr.strip()[-500:]}). "
+                    "Fix: check that the npm registry is reachable (`npm ping`), or put "
+                    f"mathjax-{MATHJAX_VERSION}.tgz into {CACHE}/ yourself.")
+            got.replace(tgz)
+    digest = base64.b64encode(hashlib.sha512(tgz.read_bytes()).digest()).decode()
+    if digest != MATHJAX_SHA512:
+        raise BookError(f"{tgz} does not match the sha512 of mathjax@{MATHJAX_VERSION} on the npm "
+                        f"registry. Fix: delete it and run `make book` again.")
+    return tgz
+
+
+def prepare_mathjax(assets: Path) -> None:
+    """Unpack the parts of MathJax the site loads into assets/mathjax (skipped when current)."""
+    target = assets / "mathjax"
+    stamp = target / ".version"
+    if stamp.exists() and stamp.read_text() == MATHJAX_SHA512:
+        return
+    tgz = _mathjax_tarball()
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    with tarfile.open(tgz) as tar:
+        for member in tar.getmembers():
+            name = member.name.removeprefix("package/")
+            rel = name.removeprefix("es5/")
+            wanted = name == "LICENSE" or (name.startswith("es5/") and rel.startswith(MATHJAX_PARTS))
+            if member.isfile() and wanted and ".." not in Path(rel).parts:
+                out = target / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(tar.extractfile(member).read())
+    if not (target / "tex-chtml.js").is_file():
+        raise BookError(f"{tgz} has no es5/tex-chtml.js. Fix: delete it and run `make book` again.")
+    stamp.write_text(MATHJAX_SHA512)
+
+
+# ---- the landing page, from README.md ----------------------------------------------------
+
+def readme_sections(text: str) -> dict[str, str]:
+    """README split at its '## ' headings; the text before the first one is under ''."""
+    sections, name, lines = {}, "", []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            sections[name] = "\n".join(lines).strip() + "\n"
+            name, lines = line[3:].strip(), []
+        else:
+            lines.append(line)
+    sections[name] = "\n".join(lines).strip() + "\n"
+    return sections
+
+
+def _subsection(section: str, title: str) -> str | None:
+    """The '### title' part of a section, up to the next '###' heading, or None."""
+    m = re.search(rf"^### {re.escape(title)}\n(.*?)(?=^### |\Z)", section, flags=re.M | re.S)
+    return m.group(1).strip() + "\n" if m else None
+
+
+def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tuple[str, str]:
+    """index.md (overview, the lessons in order, conventions) and exercises/index.md."""
+    sections = readme_sections(readme)
+    if "The lessons" not in sections or not sections[""].startswith("# "):
+        raise BookError("README.md must open with a '# ' title and have a '## The lessons' section: the "
+                        "site's landing page is built from them. Fix README.md, or tools/build_book.py.")
+    by_number = {nb.stem[:2]: nb for nb in lessons}
+
+    def link_lesson(m: re.Match) -> str:
+        nb = by_number.get(m.group(1))
+        return f"**[{m.group(1)} · {m.group(2)}](notebooks/{nb.name})**" if nb else m.group(0)
+
+    def resolve(target: str) -> str | None:
+        path = (ROOT / target).resolve()
+        return target if path in set(lessons) | set(exercises) else None
+
+    lesson_list = re.sub(r"\*\*(\d\d) · ([^*]+)\*\*", link_lesson, sections["The lessons"])
+    parts = [sections[""], "## The lessons\n", lesson_list]
+    parts.append("Every lesson has a page here, rendered from the outputs stored in the notebook; an "
+                 "explorer shows its first frame, and moves only in JupyterLab. Each lesson from 01 on "
+                 "has an [exercise notebook](exercises/index.md) of its own.\n")
+    if "Conventions" in sections:
+        parts += ["## Conventions\n", sections["Conventions"]]
+    toc = ["```{toctree}", ":caption: Lessons", ":hidden:", ""]
+    toc += [f"notebooks/{nb.stem}" for nb in lessons] + ["```", "", "```{toctree}", ":caption: Exercises",
+                                                          ":hidden:", "", "exercises/index"]
+    toc += [f"exercises/{nb.stem}" for nb in exercises] + ["```", ""]
+    index = relink("\n".join(parts), resolve) + "\n" + "\n".join(toc)
+
+    learners = _subsection(sections.get("Exercises and grading", ""), "For learners: working an exercise")
+    ex = ["# How to work an exercise\n",
+          "Each lesson from 01 on has an exercise notebook: stubs for you to fill in, a hint above each, "
+          "and a check cell that tells you at once whether your answer is right. These pages show them "
+          "as handed out; work them in JupyterLab.\n"]
+    if learners:
+        ex += ["## Step by step\n", relink(learners, lambda t: None)]
+    ex += ["## The exercise notebooks\n"]
+    ex += [f"- [{title(nb)}]({nb.name})" for nb in exercises]
+    return index, "\n".join(ex) + "\n"
+
+
+# ---- the build -----------------------------------------------------------------------------
+
+def _write(path: Path, text: str, written: set[Path]) -> None:
+    """Write only what changed, so Sphinx rebuilds only the pages whose source changed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    written.add(path)
+
+
+def assemble(src: Path, execute_lessons: bool) -> list[Path]:
+    """Write the site's sources into src; remove what no longer has a notebook."""
+    lessons = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+    exercises = sorted(ROOT.glob("exercises/[0-9][0-9]_*.ipynb"))
+    if not lessons:
+        raise BookError(f"no lesson notebooks (notebooks/NN_*.ipynb) under {ROOT}")
+    published = set(lessons) | set(exercises)
+    written: set[Path] = set()
+    index, ex_index = landing_page((ROOT / "README.md").read_text(), lessons, exercises)
+    _write(src / "index.md", index, written)
+    _write(src / "exercises" / "index.md", ex_index, written)
+    for path in lessons + exercises:
+        nb = execute(path) if execute_lessons and path in lessons else None
+        nb = prepare_notebook(path, src, published, nb)
+        _write(src / path.parent.name / path.name, nbformat.writes(nb) + "\n", written)
+    for old in list(src.rglob("*")):
+        if old.is_file() and old.suffix in {".ipynb", ".md"} and old not in written:
+            old.unlink()
+    return lessons + exercises
+
+
+def build(build_dir: Path, execute_lessons: bool = False, jobs: int = 1) -> Path:
+    """Assemble, then Sphinx; returns the site folder (build_dir/html)."""
+    from sphinx.cmd.build import build_main
+
+    src, out = build_dir / "src", build_dir / "html"
+    prepare_mathjax(build_dir / "assets")
+    notebooks = assemble(src, execute_lessons)
+    os.environ["POSENC_BOOK_ASSETS"] = str(build_dir / "assets")
+    args = ["-b", "html", "-c", str(BOOK), "-d", str(build_dir / "doctrees"), "-q", "-W", "--keep-going",
+            "-j", str(jobs), str(src), str(out)]
+    if build_main(args) != 0:
+        raise BookError("Sphinx reported the warnings above (they fail the build, so that no page "
+                        "ships with a broken link or formula). Fix them in the notebook or README.md.")
+    (out / ".nojekyll").touch()  # GitHub Pages: serve _static/ and _images/ as they are
+    for path in notebooks:  # the download button offers the repository's own notebook
+        dest = out / "_sources" / path.parent.name / path.name
+        if dest.parent.is_dir():
+            shutil.copyfile(path, dest)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build-dir", type=Path, default=ROOT / "_build" / "book",
+                        help="where src/, html/ (the site) and doctrees/ go (default: _build/book)")
+    parser.add_argument("--execute", action="store_true",
+                        help="run every lesson top to bottom first, instead of using its stored outputs")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    try:
+        out = build(args.build_dir.resolve(), args.execute, args.jobs)
+    except BookError as err:
+        print(f"make book: {err}", file=sys.stderr)
+        return 1
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"The site is in {shown} ({time.monotonic() - start:.1f} s). To read it: "
+          f"python3 -m http.server -d {shown} 8000, then open http://127.0.0.1:8000")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
