@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 NBVAL  := --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint test-lib test-notebooks exercises experiments bench clean help
+.PHONY: lab test lint test-lib test-notebooks exercises experiments bench book clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab (http://127.0.0.1:$(PORT), token login)"
@@ -17,10 +17,11 @@ help:
 	@echo "make exercises    regenerate exercises/ from solutions/"
 	@echo "make experiments  rerun the length-extrapolation lab and rewrite its CSV"
 	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
+	@echo "make book         build the course website into _build/book/html (EXECUTE=1 reruns the lessons first)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,book]"
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -57,6 +58,10 @@ experiments: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# The website, from the notebooks' stored outputs; EXECUTE=1 runs every lesson first.
+book: $(STAMP)
+	$(BIN)/python tools/build_book.py $(if $(filter 1,$(EXECUTE)),--execute)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
