@@ -11,7 +11,8 @@ headless Chromium, as the JupyterLab browser test does. For every page:
     every image loads (naturalWidth > 0) and has alt text; a lesson page shows as many
         figures as its notebook stores (explorers included, as their first frame);
     every link to the site itself reaches a page, and its #anchor exists there;
-    axe-core (axe-playwright-python) finds no serious or critical accessibility violation.
+    axe-core (axe-playwright-python) finds no serious or critical accessibility violation
+        (and none in the theme's dark colours, on one page of each kind).
 
 A full-page screenshot of each goes to screenshots/book/ (git-ignored). Beside the browser,
 the built files are searched for solution text: any line of solution code that neither the
@@ -48,6 +49,9 @@ EXERCISES = sorted(ROOT.glob("exercises/[0-9][0-9]_*.ipynb"))
 SOLUTIONS = sorted(ROOT.glob("solutions/[0-9][0-9]_*.ipynb"))
 PAGES = (["index", "exercises/index"] + [f"notebooks/{nb.stem}" for nb in LESSONS]
          + [f"exercises/{nb.stem}" for nb in EXERCISES] + ["search", "genindex"])
+# one page of each kind (landing, a lesson with formulas, figures and an explorer, an exercise)
+DARK_PAGES = (["index"] + [f"notebooks/{nb.stem}" for nb in LESSONS[1:2]]
+              + [f"exercises/{nb.stem}" for nb in EXERCISES[:1]])
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
@@ -220,12 +224,31 @@ def _check_page(page, name: str, state: dict, server: str, site: Path, problems:
     broken = _broken_links(state["links"], server, site)
     assert not broken, f"{name}: broken links: {broken}"
 
+    _assert_accessible(page, name)
+
+
+def _assert_accessible(page, name: str) -> None:
+    """axe-core's scan of the whole page: no serious or critical violation."""
     from axe_playwright_python.sync_playwright import Axe
 
     violations = [v for v in Axe().run(page).response["violations"] if v["impact"] in ("serious", "critical")]
     assert not violations, f"{name}: accessibility violations: " + "; ".join(
         f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
         for v in violations)
+
+
+@pytest.mark.parametrize("name", DARK_PAGES)
+def test_dark_mode_is_accessible_too(browser, server, name):
+    """The theme's dark colours (the reader's system setting picks them) pass axe-core as well."""
+    context = browser.new_context(color_scheme="dark", viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/{name}.html", wait_until="load")
+        page.evaluate(PAGE_JS)
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        _assert_accessible(page, f"{name} (dark)")
+    finally:
+        context.close()
 
 
 def test_search_finds_a_lesson_offline(browser, server):

@@ -211,8 +211,10 @@ def build(build_dir: Path, execute_lessons: bool = False, jobs: int = 1) -> Path
     args = ["-b", "html", "-c", str(BOOK), "-d", str(build_dir / "doctrees"), "-q", "-W", "--keep-going",
             "-j", str(jobs), str(src), str(out)]
     if build_main(args) != 0:
-        raise BookError("Sphinx reported the warnings above (they fail the build, so that no page "
-                        "ships with a broken link or formula). Fix them in the notebook or README.md.")
+        raise BookError(f"Sphinx reported the warnings above (they fail the build, so that no page "
+                        f"ships with a broken link or formula). Fix them in the repository's notebook or "
+                        f"README.md: {src}/<folder>/<name> is a copy of <folder>/<name>, and a location "
+                        f"<name>.ipynb:NNNNLL means cell NNNN (from 0), line LL.")
     (out / ".nojekyll").touch()  # GitHub Pages: serve _static/ and _images/ as they are
     for path in notebooks:  # the download button offers the repository's own notebook
         dest = out / "_sources" / path.parent.name / path.name

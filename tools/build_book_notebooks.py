@@ -15,7 +15,8 @@ Four changes, made to a copy (the repository's notebook is never written):
                     of its section; else that heading alone;
     relink          links to what the site does not publish (solutions/, folders, files outside
                     notebooks/ and exercises/) become plain text; data files next to a notebook
-                    (07_results.csv) are copied and stay downloadable.
+                    (the lab's results CSV) are copied and stay downloadable; a link to nothing
+                    is left for Sphinx to report, which fails the build.
 """
 
 from __future__ import annotations
@@ -329,7 +330,9 @@ def prepare_notebook(path: Path, src: Path, published: set[Path],
         if where.is_file() and where.parent == path.parent and where.suffix in {".csv", ".json", ".txt"}:
             shutil.copyfile(where, src / path.parent.name / where.name)  # stays a download link
             return target
-        return None
+        if not where.exists():
+            return target  # a broken link stays, so that Sphinx reports it and the build fails
+        return None  # solutions/, a folder, a file the site does not publish: plain text
 
     (src / path.parent.name).mkdir(parents=True, exist_ok=True)
     for cell in nb.cells:
