@@ -11,6 +11,7 @@ headless Chromium, as the JupyterLab browser test does. For every page:
     every image loads (naturalWidth > 0) and has alt text; a lesson page shows as many
         figures as its notebook stores (explorers included, as their first frame);
     every link to the site itself reaches a page, and its #anchor exists there;
+    every code cell has a copy button, and no output has one;
     axe-core (axe-playwright-python) finds no serious or critical accessibility violation
         (and none in the theme's dark colours, on one page of each kind).
 
@@ -145,7 +146,11 @@ PAGE_JS = r"""async () => {
   for (const re of [/\$\$/g, /\\\(/g, /\\\[/g, /\$[^\s$][^$\n]{0,200}?\$/g]) {
     for (const m of text.matchAll(re)) raw.push(text.slice(Math.max(0, m.index - 40), m.index + 60));
   }
-  return {images, links, math: math.length, untypeset, errors, raw, text: main.innerText};
+  const inputs = [...document.querySelectorAll('div.cell_input')];
+  const copy = {cells: inputs.length,
+                withButton: inputs.filter(c => c.querySelector('button.copybtn')).length,
+                onOutputs: document.querySelectorAll('.cell_output button.copybtn').length};
+  return {images, links, math: math.length, untypeset, errors, raw, copy, text: main.innerText};
 }"""
 
 
@@ -220,6 +225,13 @@ def _check_page(page, name: str, state: dict, server: str, site: Path, problems:
         rel = f"{name}.ipynb"
         assert "Run this lesson" in state["text"] and "make lab" in state["text"] and rel in state["text"], \
             f"{name}: no 'Run this lesson' note naming `make lab` and {rel}"
+
+    copy = state["copy"]  # sphinx-copybutton: on every code cell, never on what a cell printed
+    assert copy["withButton"] == copy["cells"], \
+        f"{name}: only {copy['withButton']} of {copy['cells']} code cells have a copy button"
+    assert copy["onOutputs"] == 0, f"{name}: {copy['onOutputs']} outputs have a copy button"
+    if name.startswith("notebooks/") or (name.startswith("exercises/") and name != "exercises/index"):
+        assert copy["cells"] > 0, f"{name}: no code cells on the page"
 
     broken = _broken_links(state["links"], server, site)
     assert not broken, f"{name}: broken links: {broken}"
