@@ -6,7 +6,9 @@ posenc_lesson/            the math: one concept per module, pure tensor function
     attention    scaled dot-product attention, written out
     sinusoidal   the sinusoidal table, its wavelengths and the offset rotation M_k
     learned      a learned absolute position table
-    rope         rotary position embedding, both channel layouts
+    relative     relative position: Shaw et al.'s clipped tables, T5's bucketed bias
+    rope         rotary position embedding, both channel layouts, partial rotary
+    rope_scaling stretching RoPE: position interpolation, NTK, dynamic NTK, YaRN, Llama 3.1
     alibi        ALiBi slopes and bias
     viz          figure helpers for the lessons (the math modules never plot)
     _checks      the argument checks behind every ValueError
@@ -40,6 +42,14 @@ from .attention import causal_mask, scaled_dot_product_attention
 from .lab.copy_task import copy_batch
 from .lab.model import SCHEMES, TinyDecoder
 from .learned import LearnedPositionalEmbedding
+from .relative import (
+    ShawRelativePositions,
+    T5RelativePositionBias,
+    relative_positions,
+    shaw_attention,
+    shaw_relative_index,
+    t5_relative_position_bucket,
+)
 from .rope import (
     apply_rope,
     convert_rope_weight,
@@ -47,6 +57,7 @@ from .rope import (
     rope_layout_permutation,
     rope_rotation_matrix,
 )
+from .rope_scaling import SCALING_METHODS, scaled_rope_frequencies
 from .sinusoidal import (
     get_sinusoidal_encoding,
     sinusoidal_frequencies,
@@ -58,7 +69,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LearnedPositionalEmbedding",
+    "SCALING_METHODS",
     "SCHEMES",
+    "ShawRelativePositions",
+    "T5RelativePositionBias",
     "TinyDecoder",
     "alibi_bias",
     "alibi_slopes",
@@ -67,11 +81,16 @@ __all__ = [
     "convert_rope_weight",
     "copy_batch",
     "get_sinusoidal_encoding",
+    "relative_positions",
     "rope_frequencies",
     "rope_layout_permutation",
     "rope_rotation_matrix",
     "scaled_dot_product_attention",
+    "scaled_rope_frequencies",
+    "shaw_attention",
+    "shaw_relative_index",
     "sinusoidal_frequencies",
     "sinusoidal_offset_matrix",
     "sinusoidal_wavelengths",
+    "t5_relative_position_bucket",
 ]
