@@ -147,8 +147,8 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tup
     lesson_list = re.sub(r"\*\*(\d\d) · ([^*]+)\*\*", link_lesson, sections["The lessons"])
     parts = [sections[""], "## The lessons\n", lesson_list]
     parts.append("Every lesson has a page here, rendered from the outputs stored in the notebook; an "
-                 "explorer shows its first frame, and moves only in JupyterLab. Each lesson from 01 on "
-                 "has an [exercise notebook](exercises/index.md) of its own.\n")
+                 "explorer shows its first frame, and moves only in JupyterLab. The exercise notebooks "
+                 "are listed under Exercises in the sidebar, after [how to work one](exercises/index.md).\n")
     if "Conventions" in sections:
         parts += ["## Conventions\n", sections["Conventions"]]
     toc = ["```{toctree}", ":caption: Lessons", ":hidden:", ""]
@@ -159,7 +159,7 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tup
 
     learners = _subsection(sections.get("Exercises and grading", ""), "For learners: working an exercise")
     ex = ["# How to work an exercise\n",
-          "Each lesson from 01 on has an exercise notebook: stubs for you to fill in, a hint above each, "
+          "Each exercise notebook goes with one lesson: stubs for you to fill in, a hint above each, "
           "and a check cell that tells you at once whether your answer is right. These pages show them "
           "as handed out; work them in JupyterLab.\n"]
     if learners:
