@@ -32,6 +32,7 @@ from ..alibi import alibi_bias
 from ..attention import scaled_dot_product_attention
 from ..learned import LearnedPositionalEmbedding
 from ..rope import apply_rope
+from ..rope_scaling import scaled_rope_frequencies
 from ..sinusoidal import get_sinusoidal_encoding
 
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -73,13 +74,26 @@ class CausalSelfAttention(nn.Module):
         bias = None
         if self.pos == "rope":
             # q_m -> R_m q_m, k_n -> R_n k_n, so q_m . k_n depends on m - n only
-            q, k = apply_rope(q), apply_rope(k)  # (B, H, T, Dh)
+            rope = self.rope_arguments(t)  # {} unless TinyDecoder.set_rope_scaling chose a method
+            q, k = apply_rope(q, **rope), apply_rope(k, **rope)  # (B, H, T, Dh)
         elif self.pos == "alibi":
             # scores[h, i, j] += -m_h |i - j|; the causal mask removes j > i
             bias = alibi_bias(self.num_heads, t, device=x.device, dtype=x.dtype)  # (H, T, T)
         out, weights = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(b, t, d)  # (B, T, D)
         return self.dropout(self.proj(out)), weights
+
+    # "rope" only: scaled_rope_frequencies' keyword arguments, set by TinyDecoder.set_rope_scaling
+    rope_scaling: dict | None = None
+
+    def rope_arguments(self, t: int) -> dict:
+        """apply_rope's frequencies and attention_scale for a length-t input; {} for plain RoPE.
+
+        Recomputed at every call, because "dynamic" grows its base with the current length t."""
+        if self.rope_scaling is None:
+            return {}
+        theta, scale = scaled_rope_frequencies(self.head_dim, seq_len=t, **self.rope_scaling)  # (Dh/2,)
+        return {"frequencies": theta, "attention_scale": scale}
 
 
 class Block(nn.Module):
@@ -146,6 +160,50 @@ class TinyDecoder(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, num_heads, pos, dropout) for _ in range(num_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
+
+    def set_rope_scaling(self, method: str | None = None, *, factor: float = 1.0,
+                         original_max_len: int | None = None, beta_fast: float = 32.0,
+                         beta_slow: float = 1.0, low_freq_factor: float = 1.0,
+                         high_freq_factor: float = 4.0) -> TinyDecoder:
+        """Stretch a "rope" model past its training length, or (method=None) undo it.
+
+        From now on every layer turns q and k by the theta_i of ``scaled_rope_frequencies``
+        (and scales them by YaRN's attention_scale), recomputed at each forward for the current
+        T, so "dynamic" follows the length. The weights are untouched: one trained model can be
+        evaluated with each method in turn, or fine-tuned with one. Not part of the state dict.
+        Taught in notebooks/09_context_extension.ipynb.
+
+        Args:
+            method: None (plain RoPE), "linear", "ntk", "dynamic", "yarn" or "llama3".
+            factor: s >= 1, the length multiplier.
+            original_max_len: L, the longest sequence (in tokens) the model was trained on.
+            beta_fast, beta_slow, low_freq_factor, high_freq_factor: as for
+                ``scaled_rope_frequencies`` (YaRN's and Llama 3.1's defaults). The base is the
+                model's own, 10000.
+        Returns:
+            the model itself, so calls can be chained.
+        """
+        if self.pos != "rope":
+            raise ValueError(f"set_rope_scaling needs a RoPE model (pos='rope'); this model has "
+                             f"pos={self.pos!r}")
+        config = None
+        if method is not None:
+            original_max_len = _checks.positive_int("original_max_len (the training length in tokens)",
+                                                    original_max_len)
+            config = dict(method=method, factor=factor, original_max_len=original_max_len,
+                          beta_fast=beta_fast, beta_slow=beta_slow, low_freq_factor=low_freq_factor,
+                          high_freq_factor=high_freq_factor)
+            # a ValueError naming the parameter now, not at the next forward
+            scaled_rope_frequencies(self.d_model // self.num_heads, seq_len=original_max_len, **config)
+        for block in self.blocks:
+            block.attn.rope_scaling = config
+        return self
+
+    @property
+    def rope_scaling(self) -> dict | None:
+        """What set_rope_scaling chose (scaled_rope_frequencies' keyword arguments), or None."""
+        chosen = self.blocks[0].attn.rope_scaling
+        return None if chosen is None else dict(chosen)
 
     def _sinusoidal(self, t: int) -> Tensor:
         """PE[:t], growing the precomputed table if t is longer than any seen so far. (1, T, D)"""
