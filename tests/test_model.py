@@ -1,10 +1,16 @@
-"""Claims of the lab's model: one class, five position schemes, causal, and only the learned
+"""Claims of the lab's model: one class, seven position schemes, causal, and only the learned
 table refuses sequences longer than it has rows for."""
 
 import pytest
 import torch
 
-from posenc_lesson import alibi_bias, get_sinusoidal_encoding, scaled_dot_product_attention
+from posenc_lesson import (
+    T5RelativePositionBias,
+    alibi_bias,
+    get_sinusoidal_encoding,
+    scaled_dot_product_attention,
+    shaw_attention,
+)
 from posenc_lesson.lab.copy_task import BOS, IGNORE, SEP, copy_batch
 from posenc_lesson.lab.model import SCHEMES, TinyDecoder
 
@@ -19,8 +25,8 @@ def small(pos: str, **kw) -> TinyDecoder:
                        **kw).eval()
 
 
-def test_schemes_are_the_five_of_the_lab():
-    assert SCHEMES == ("none", "sinusoidal", "learned", "rope", "alibi")
+def test_schemes_are_the_seven_of_the_lab():
+    assert SCHEMES == ("none", "sinusoidal", "learned", "rope", "alibi", "shaw", "t5")
 
 
 @pytest.mark.parametrize("pos", SCHEMES)
@@ -68,7 +74,7 @@ def test_one_layer_nope_is_order_blind_at_the_last_token_two_layers_are_not():
     assert not torch.allclose(rope(tokens)[:, -1], rope(swapped)[:, -1])
 
 
-@pytest.mark.parametrize("pos", ["none", "sinusoidal", "rope", "alibi"])
+@pytest.mark.parametrize("pos", ["none", "sinusoidal", "rope", "alibi", "shaw", "t5"])
 def test_relative_and_fixed_schemes_accept_sequences_longer_than_max_len(pos):
     model = small(pos, max_len=8)
     assert model(torch.randint(0, VOCAB, (1, 40))).shape == (1, 40, VOCAB)
@@ -180,5 +186,135 @@ def test_copy_batch_draws_lengths_in_range_and_is_reproducible():
 def test_copy_batch_bad_input(call, words):
     with pytest.raises(ValueError) as info:
         call(torch.Generator().manual_seed(0))
+    for word in words:
+        assert word in str(info.value)
+
+
+# ------------------------------------------------------------------ the relative schemes of lesson 05
+
+
+def small_relative(pos: str, **kw) -> TinyDecoder:
+    """A small "shaw" or "t5" model whose position parameters are random, not the zeros T5 starts
+    from, so that every claim below is tested against a bias that actually varies."""
+    model = small(pos, **kw)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "rel_bias" in name or ".shaw." in name:
+                p.normal_(0.0, 1.0)
+    return model
+
+
+# short reaches, so that a 12-token test crosses them: Shaw's k = 5; T5's 8 buckets, max_exact 4, cap 6
+SHORT = {"shaw": {"max_distance": 5}, "t5": {"num_buckets": 8, "max_distance": 6}}
+
+
+def test_shaw_model_has_two_clipped_tables_per_layer_shared_by_the_heads():
+    model = small("shaw", max_distance=3)
+    extra = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in small("none").parameters())
+    assert extra == 2 * 2 * (2 * 3 + 1) * 8  # layers x (a^K, a^V) x (2k + 1) rows x Dh
+    tables = [block.attn.shaw for block in model.blocks]
+    assert all(t.key_table.shape == t.value_table.shape == (7, 8) for t in tables)
+    assert tables[0].key_table is not tables[1].key_table  # each layer has its own
+    assert TinyDecoder(VOCAB, pos="shaw").blocks[0].attn.shaw.max_distance == 16  # the paper's k
+
+
+def test_t5_model_has_one_bias_table_for_all_layers_with_one_way_buckets():
+    model = small("t5")
+    extra = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in small("none").parameters())
+    assert extra == 32 * 2  # num_buckets x H, once for the whole model
+    biases = [m for m in model.modules() if isinstance(m, T5RelativePositionBias)]
+    assert biases == [model.rel_bias]
+    assert (model.rel_bias.bidirectional, model.rel_bias.num_buckets, model.rel_bias.max_distance) == (
+        False, 32, 128)
+    custom = small("t5", num_buckets=8, max_distance=20)
+    assert (custom.rel_bias.num_buckets, custom.rel_bias.max_distance) == (8, 20)
+    torch.testing.assert_close(custom.rel_bias.embedding.weight, torch.zeros(8, 2))  # T5 starts with no bias
+
+
+def test_t5_layers_add_the_shared_bias_to_the_scaled_scores():
+    """scores = q k^T / sqrt(Dh) + b[bucket(j - i), h] in every layer, b computed once."""
+    model = small_relative("t5")
+    x = torch.randn(2, 9, 16)
+    bias = model.rel_bias(9)  # (H, T, T)
+    for block in model.blocks:
+        attn = block.attn
+        out, weights = attn(x, bias)
+        q, k, v = attn.qkv(x).split(16, dim=-1)
+        q, k, v = (z.view(2, 9, 2, 8).transpose(1, 2) for z in (q, k, v))
+        ref, ref_w = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)
+        torch.testing.assert_close(weights, ref_w)
+        torch.testing.assert_close(out, attn.proj(ref.transpose(1, 2).reshape(2, 9, 16)))
+
+
+def test_shaw_layers_run_the_library_shaw_attention_with_their_own_tables():
+    model = small_relative("shaw", max_distance=4)
+    x = torch.randn(2, 9, 16)
+    for block in model.blocks:
+        attn = block.attn
+        out, weights = attn(x)
+        q, k, v = attn.qkv(x).split(16, dim=-1)
+        q, k, v = (z.view(2, 9, 2, 8).transpose(1, 2) for z in (q, k, v))
+        a_k, a_v = attn.shaw(9)  # (T, T, Dh) each
+        ref, ref_w = shaw_attention(q, k, v, a_k, a_v, causal=True)
+        torch.testing.assert_close(weights, ref_w)
+        torch.testing.assert_close(out, attn.proj(ref.transpose(1, 2).reshape(2, 9, 16)))
+
+
+@pytest.mark.parametrize("pos", ["shaw", "t5"])
+def test_shaw_and_t5_first_layer_attention_depends_on_offset_only(pos):
+    """As for RoPE and ALiBi: on one repeated token, w[i, i-d] / w[i, i] is the same for every
+    query i, with position parameters that really vary (random, not T5's zero start)."""
+    model = small_relative(pos, **SHORT[pos])
+    _, maps = model(torch.full((1, 12), 5), return_attention=True)
+    w = maps[0][0]  # (H, T, T)
+    for d in (1, 3, 7):  # 7 is past Shaw's k and T5's cap: one shared row, still the same for every i
+        ratios = torch.stack([w[:, i, i - d] / w[:, i, i] for i in range(d, 12)])  # (T-d, H)
+        torch.testing.assert_close(ratios, ratios[:1].expand_as(ratios))
+        assert not torch.allclose(ratios, torch.ones_like(ratios))  # the bias is really there
+
+
+@pytest.mark.parametrize("pos", ["shaw", "t5"])
+def test_relative_models_are_shift_invariant_where_absolute_ones_are_not(pos):
+    """A layer that sees only j - i gives the same scores wherever a window of keys and queries
+    sits: its tables at (queries shifted by s, keys shifted by s) are its tables at (0, 0)."""
+    model = small_relative(pos, **SHORT[pos])
+    if pos == "t5":
+        bias = model.rel_bias
+        torch.testing.assert_close(bias(6, 6), bias(6, 30, q_offset=11)[:, :, 11:17])
+    else:
+        table = model.blocks[0].attn.shaw
+        for a, b in zip(table(6, 6), table(6, 30, q_offset=11), strict=True):
+            torch.testing.assert_close(a, b[:, 11:17])
+    pe = get_sinusoidal_encoding(30, 16)
+    assert not torch.allclose(pe[0, :6], pe[0, 11:17])  # an absolute code is not
+
+
+@pytest.mark.parametrize("pos", ["shaw", "t5"])
+def test_relative_position_parameters_get_gradients(pos):
+    model = small(pos).train()
+    tokens, targets = copy_batch(4, 5, VOCAB, generator=torch.Generator().manual_seed(0))
+    logits = model(tokens)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    loss.backward()
+    if pos == "t5":
+        grad = model.rel_bias.embedding.weight.grad  # (32, H)
+        t = tokens.shape[1]  # offsets 0 .. -(T-1) reach decoder buckets 0 .. T-1 (all exact here);
+        # -(T-1) only from the last query, whose target is ignored: buckets 0 .. T-2 learn
+        assert torch.all(grad[:t - 1].abs().sum(-1) > 0)
+        assert torch.all(grad[t:] == 0)  # buckets no training offset reaches learn nothing
+    else:
+        for block in model.blocks:
+            assert block.attn.shaw.key_table.grad.abs().sum() > 0
+            assert block.attn.shaw.value_table.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"pos": "shaw", "max_distance": 0}, ["max_distance", "0"]),
+    ({"pos": "t5", "num_buckets": 1}, ["num_buckets", "1"]),
+    ({"pos": "t5", "num_buckets": 32, "max_distance": 10}, ["max_distance", "10"]),
+])
+def test_bad_relative_scheme_arguments_raise_value_errors(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        TinyDecoder(VOCAB, **kwargs)
     for word in words:
         assert word in str(info.value)

@@ -1,6 +1,6 @@
 r"""A tiny decoder-only Transformer whose position scheme is chosen by name.
 
-One model class, five ways to tell it where a token sits, so that a lab can train them side
+One model class, seven ways to tell it where a token sits, so that a lab can train them side
 by side and change nothing else:
 
     "none"        NoPE: no position signal at all; only the causal mask breaks the symmetry
@@ -9,6 +9,10 @@ by side and change nothing else:
     "learned"     x_t = E[token_t] + P[t], a trained table with max_len rows (GPT-2, BERT)
     "rope"        queries and keys turned by t * theta_i in every layer (Su et al., 2021)
     "alibi"       scores[h, i, j] += -m_h * |i - j| in every layer (Press et al., 2021)
+    "shaw"        scores_ij = q_i . (k_j + a^K[clip(j - i, -k, k)]) / sqrt(Dh), out_i += sum_j w_ij a^V[..]:
+                  two (2k + 1, Dh) tables per layer, shared by its heads (Shaw et al., 2018)
+    "t5"          scores[h, i, j] += b[bucket(j - i), h]: one (num_buckets, H) table, computed once and
+                  shared by all layers, decoder (one-way) buckets (Raffel et al., 2020)
 
 Each block is pre-LN (as GPT-2 and nanoGPT):
 
@@ -17,9 +21,10 @@ Each block is pre-LN (as GPT-2 and nanoGPT):
 
     logits = W_out LN(x)            (B, T, vocab_size)
 
-The attention is the library's own ``scaled_dot_product_attention`` (softmax written out),
-so the maps the lab draws are exactly what the model computed. Used by
-notebooks/04_learned_vs_sinusoidal.ipynb and notebooks/07_length_extrapolation.ipynb.
+The attention is the library's own ``scaled_dot_product_attention`` (``shaw_attention`` for
+"shaw"; softmax written out), so the maps the lab draws are exactly what the model computed.
+Used by notebooks/04_learned_vs_sinusoidal.ipynb, notebooks/05_relative_position.ipynb and
+notebooks/07_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations
@@ -31,11 +36,17 @@ from .. import _checks
 from ..alibi import alibi_bias
 from ..attention import scaled_dot_product_attention
 from ..learned import LearnedPositionalEmbedding
+from ..relative import ShawRelativePositions, T5RelativePositionBias, shaw_attention
 from ..rope import apply_rope
 from ..rope_scaling import scaled_rope_frequencies
 from ..sinusoidal import get_sinusoidal_encoding
 
-SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi")
+SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "shaw", "t5")
+# Defaults of the relative schemes are their papers' values. Shaw's clipping distance k = 16 is
+# the paper's, and the lab's L = 16: copying n <= 16 symbols needs offsets j - i down to -16,
+# each still its own row. T5's 32 buckets / 128 are T5's; in the lab (T <= 34 in training) the
+# decoder buckets 0 .. 21 are trained and the rest stay at their initial zero.
+SHAW_MAX_DISTANCE, T5_NUM_BUCKETS, T5_MAX_DISTANCE = 16, 32, 128
 
 
 def check_scheme(pos: object) -> str:
@@ -47,16 +58,18 @@ def check_scheme(pos: object) -> str:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention; RoPE and ALiBi act here, the other schemes do not.
+    """Multi-head causal self-attention; RoPE, ALiBi, Shaw and T5 act here, the others do not.
 
     Args:
         d_model: D.
         num_heads: H; the head width is Dh = D / H.
-        pos: the position scheme (only "rope" and "alibi" change this layer).
+        pos: the position scheme (only "rope", "alibi", "shaw" and "t5" change this layer).
         dropout: dropout on the output projection.
+        max_distance: Shaw's clipping distance k ("shaw" only): this layer's own two tables.
     """
 
-    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0, *,
+                 max_distance: int = SHAW_MAX_DISTANCE) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
@@ -64,9 +77,15 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
+        if pos == "shaw":
+            # a^K, a^V: (2k + 1, Dh) each, one pair per layer, shared by the heads (as the paper)
+            self.shaw = ShawRelativePositions(max_distance, self.head_dim)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """x: (B, T, D) -> (out (B, T, D), weights (B, H, T, T))."""
+    def forward(self, x: Tensor, position_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x: (B, T, D) -> (out (B, T, D), weights (B, H, T, T)).
+
+        position_bias: "t5" only, the (H, T, T) bias the model computed once for all layers.
+        """
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)  # (B, T, D) each
         q, k, v = (z.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
@@ -79,7 +98,15 @@ class CausalSelfAttention(nn.Module):
         elif self.pos == "alibi":
             # scores[h, i, j] += -m_h |i - j|; the causal mask removes j > i
             bias = alibi_bias(self.num_heads, t, device=x.device, dtype=x.dtype)  # (H, T, T)
-        out, weights = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (B, H, T, Dh)
+        elif self.pos == "t5":
+            # T5 writes softmax(q k^T + b) and folds 1/sqrt(Dh) into W_q's init; here the library's
+            # attention scales q k^T and adds b unscaled: the same functions (W_q absorbs the factor)
+            bias = position_bias  # (H, T, T)
+        if self.pos == "shaw":
+            a_k, a_v = self.shaw(t)  # (T, T, Dh) each
+            out, weights = shaw_attention(q, k, v, a_k, a_v, causal=True)  # (B, H, T, Dh)
+        else:
+            out, weights = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (B, H, T, Dh)
         out = out.transpose(1, 2).reshape(b, t, d)  # (B, T, D)
         return self.dropout(self.proj(out)), weights
 
@@ -99,17 +126,18 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     """Pre-LN Transformer block: x + Attention(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, num_heads: int, pos: str, dropout: float = 0.0, *,
+                 max_distance: int = SHAW_MAX_DISTANCE) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, pos, dropout)
+        self.attn = CausalSelfAttention(d_model, num_heads, pos, dropout, max_distance=max_distance)
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
                                  nn.Linear(4 * d_model, d_model), nn.Dropout(dropout))
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """x: (B, T, D) -> (x (B, T, D), attention weights (B, H, T, T))."""
-        a, weights = self.attn(self.ln1(x))
+    def forward(self, x: Tensor, position_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x: (B, T, D) -> (x (B, T, D), attention weights (B, H, T, T)); position_bias: "t5"."""
+        a, weights = self.attn(self.ln1(x), position_bias)
         x = x + a  # (B, T, D)
         x = x + self.mlp(self.ln2(x))  # (B, T, D)
         return x, weights
@@ -123,15 +151,19 @@ class TinyDecoder(nn.Module):
         d_model: D, the width.
         num_heads: H; must divide d_model, and D / H must be even for RoPE.
         num_layers: number of pre-LN blocks.
-        pos: one of SCHEMES: "none", "sinusoidal", "learned", "rope", "alibi".
+        pos: one of SCHEMES: "none", "sinusoidal", "learned", "rope", "alibi", "shaw", "t5".
         max_len: rows of the learned table (the longest T a "learned" model accepts; rows past
             the training length exist but are never trained). For "sinusoidal" it is only the
             size of the precomputed table, which grows on demand. Ignored by the others.
         dropout: dropout rate (0 by default: the lab's tasks are synthetic and noise-free).
+        max_distance: "shaw": the clipping distance k (default 16, the paper's; offsets past it
+            share a row); "t5": where the last bucket begins (default 128, T5's). Others ignore it.
+        num_buckets: "t5" only: decoder buckets, all for keys at or before the query (default 32).
     """
 
     def __init__(self, vocab_size: int, *, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
-                 pos: str = "rope", max_len: int = 64, dropout: float = 0.0) -> None:
+                 pos: str = "rope", max_len: int = 64, dropout: float = 0.0, max_distance: int | None = None,
+                 num_buckets: int = T5_NUM_BUCKETS) -> None:
         super().__init__()
         self.vocab_size = _checks.positive_int("vocab_size", vocab_size)
         self.d_model = _checks.positive_int("d_model", d_model)
@@ -157,7 +189,14 @@ class TinyDecoder(nn.Module):
             # not a parameter and not saved in the state dict: it is a fixed function of t
             self.register_buffer("pe", get_sinusoidal_encoding(max_len, d_model), persistent=False)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, num_heads, pos, dropout) for _ in range(num_layers))
+        if pos == "t5":
+            # one (num_buckets, H) table for the whole model, one-way buckets: a decoder (as T5's)
+            self.rel_bias = T5RelativePositionBias(num_heads, num_buckets=num_buckets, bidirectional=False,
+                                                   max_distance=T5_MAX_DISTANCE if max_distance is None
+                                                   else max_distance)
+        shaw_k = SHAW_MAX_DISTANCE if max_distance is None else max_distance
+        self.blocks = nn.ModuleList(Block(d_model, num_heads, pos, dropout, max_distance=shaw_k)
+                                    for _ in range(num_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
@@ -231,9 +270,11 @@ class TinyDecoder(nn.Module):
         elif self.pos == "sinusoidal":
             x = x + self._sinusoidal(tokens.shape[1])  # (B, T, D): + PE[t]
         x = self.drop(x)
+        t = tokens.shape[1]
+        position_bias = self.rel_bias(t) if self.pos == "t5" else None  # (H, T, T), once for all layers
         maps = []
         for block in self.blocks:
-            x, weights = block(x)  # (B, T, D), (B, H, T, T)
+            x, weights = block(x, position_bias)  # (B, T, D), (B, H, T, T)
             maps.append(weights)
         logits = self.head(self.ln_f(x))  # (B, T, vocab_size)
         return (logits, maps) if return_attention else logits
