@@ -11,12 +11,6 @@ is compared in the kernel, so a learner who patches ``torch.allclose`` or redefi
 changes nothing. ``install`` runs before any learner code and keeps its own references to
 ``outputs_of`` and ``torch.save``, so later rebinding of those names does not reach us either.
 
-On Linux the kernels are forked from a *zygote* (``serve``): one process that imports IPython,
-torch, numpy, matplotlib and the checks once, then forks a fresh kernel per submission, so a
-kernel is ready in a fraction of a second instead of the two or three it takes to import
-torch. Each fork is its own process in its own session, runs no code of any other
-submission, and is killed with its whole process group.
-
 Only plain data leaves the kernel: plain tensors (a Tensor subclass is stripped to a Tensor),
 numbers, strings, None, and lists, tuples and dicts of them. Anything else becomes an
 ``{"error": ...}`` marker, the same marker ``outputs_of`` uses for an exception, and the grader
@@ -26,10 +20,6 @@ reads the file with ``torch.load(weights_only=True)``, which builds nothing but 
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import signal
-import sys
 from typing import Any
 
 import torch
@@ -79,79 +69,3 @@ def harvest(task_id: str, entry: str, path: str) -> None:
     else:
         result = {"outputs": plain(_state["outputs_of"](task_id, namespace[entry]))}
     _state["save"](result, path)
-
-
-# --------------------------------------------------------------------------------------
-# The zygote: fork ready-made kernels
-# --------------------------------------------------------------------------------------
-
-PRELOAD = ("ipykernel.kernelapp", "IPython", "numpy", "torch", "matplotlib", "matplotlib.pyplot",
-           "posenc_lesson", "posenc_lesson.viz")
-
-
-_running: set[int] = set()  # kernels forked and not yet reaped
-
-
-def _reap(*_: Any) -> None:
-    """Collect every finished child at once, so a dead kernel is gone, not a zombie."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _running.discard(pid)
-
-
-def _become_kernel(connection_file: str, cwd: str, parent: int) -> None:
-    """In the forked child: a new session, no inherited streams, then an ordinary ipykernel."""
-    os.setsid()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.chdir(cwd)
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault leaves no core file
-    except (ImportError, ValueError, OSError):
-        pass
-    from ipykernel.kernelapp import IPKernelApp
-
-    app = IPKernelApp.instance()
-    app.initialize(["-f", connection_file, f"--IPKernelApp.parent_handle={parent}"])
-    app.start()
-
-
-def serve(checks_module: str = "posenc_lesson.grading") -> None:
-    """Import the heavy modules once, then fork one kernel per request, forever.
-
-    Protocol, one JSON object per line: the grader writes
-    ``{"connection_file": ..., "cwd": ...}`` to stdin and reads ``{"pid": ...}`` from stdout.
-    When stdin closes, every kernel forked is killed and the zygote exits.
-    """
-    for name in (*PRELOAD, checks_module):
-        importlib.import_module(name)
-    signal.signal(signal.SIGCHLD, _reap)
-    out = sys.stdout
-    out.write(json.dumps({"ready": os.getpid()}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _become_kernel(request["connection_file"], request["cwd"], os.getppid())
-            finally:
-                os._exit(0)
-        _running.add(pid)
-        out.write(json.dumps({"pid": pid}) + "\n")
-        out.flush()
-    for pid in list(_running):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os._exit(0)  # nothing left to clean up; skip tearing down torch & co.

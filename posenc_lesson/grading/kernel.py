@@ -1,7 +1,7 @@
 """A fresh Jupyter kernel per submission, with time limits, driven over the shell channel only.
 
 On Linux each kernel is forked from a zygote that imported torch once
-(``posenc_lesson.grading.in_kernel.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
+(``posenc_lesson.grading.zygote.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
 from scratch with jupyter_client. A cell over its limit is interrupted; a kernel that does not
 stop, or dies, is killed with its whole process group.
 """
@@ -60,7 +60,7 @@ def use_zygote() -> bool:
 
 class Zygote:
     """A process that has imported torch & co. once and forks a fresh kernel on request
-    (``posenc_lesson.grading.in_kernel.serve``). One per grading run, shared by the jobs."""
+    (``posenc_lesson.grading.zygote.serve``). One per grading run, shared by the jobs."""
 
     def __init__(self, checks_module: str, workdir: Path):
         self.checks_module = checks_module
@@ -82,7 +82,7 @@ class Zygote:
                 raise InfrastructureError(f"the kernel zygote stopped answering ({short(exc)})") from exc
 
     def _start(self) -> None:
-        code = f"from posenc_lesson.grading.in_kernel import serve; serve({self.checks_module!r})"
+        code = f"from posenc_lesson.grading.zygote import serve; serve({self.checks_module!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=kernel_env(), cwd=self.workdir, start_new_session=True)
@@ -90,7 +90,7 @@ class Zygote:
         if not line.startswith('{"ready"'):
             self.close()
             raise InfrastructureError("could not start the kernel zygote (python -c 'from "
-                                      "posenc_lesson.grading.in_kernel import serve; serve()' failed)")
+                                      "posenc_lesson.grading.zygote import serve; serve()' failed)")
 
     def close(self) -> None:
         """Close its stdin: it kills the kernels it forked and exits."""

@@ -1,7 +1,13 @@
 """The reports: grades.csv, one JSON per submission, and the summary table.
 
-A :class:`Graded` row holds one submission's :class:`TaskResult` list, its status and the
-reasons for it; the reports are written atomically (a ``.part`` file, then a rename).
+A :class:`Graded` row holds one submission's :class:`TaskResult` list, its status, the
+reasons for it and its review flags; the reports are written atomically (a ``.part`` file,
+then a rename).
+
+A *flag* is a note for the instructor, never a change of score: a dict with ``kind`` (a short
+word, e.g. "duplicate"), ``grade_id`` (the solution cell it is about, or None), ``line``
+(1-based, or None), ``snippet`` (the code, cut short) and ``message`` (one sentence). Flags go
+to the JSON in full, to grades.csv as their kinds, and to the end of the summary.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ import csv
 import io
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .plan import Exercise
@@ -36,6 +42,7 @@ class Graded:
     reasons: list[str]
     tasks: list[TaskResult]
     seconds: float = 0.0
+    flags: list[dict] = field(default_factory=list)  # notes for the instructor; never change a score
 
     @property
     def score(self) -> float:
@@ -53,7 +60,13 @@ class Graded:
             "tasks": [{"id": t.id, "name": t.name, "score": t.score, "max_score": t.max_score,
                        "feedback": t.feedback} for t in self.tasks],
             "seconds": round(self.seconds, 2),
+            "flags": [dict(f) for f in self.flags],
         }
+
+    @property
+    def flag_kinds(self) -> str:
+        """The kinds of this row's flags, each once, in order: the ``flags`` cell of grades.csv."""
+        return " ".join(dict.fromkeys(str(f.get("kind", "")) for f in self.flags))
 
 
 # --------------------------------------------------------------------------------------
@@ -76,10 +89,10 @@ def task_columns(rows: Iterable[Graded], exercises: dict[str, Exercise]) -> list
 def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "notebook", "score", "max_score", *columns])
+    w.writerow(["student", "notebook", "score", "max_score", "flags", *columns])
     for r in rows:
         by_id = {t.id: t for t in r.tasks}
-        w.writerow([r.student, r.notebook, format_number(r.score), format_number(r.max_score),
+        w.writerow([r.student, r.notebook, format_number(r.score), format_number(r.max_score), r.flag_kinds,
                     *[format_number(by_id[c].score) if c in by_id else "" for c in columns]])
     write_atomic(path, buf.getvalue())
 
@@ -131,4 +144,15 @@ def summary(rows: list[Graded], columns: list[str], seconds: float, jobs: int, o
     lines.append(f"{len(rows)} notebook(s) from {students} student(s) in {seconds:.1f} s "
                  f"({per:.1f} s each, --jobs {jobs}); grades: {out / 'grades.csv'}, "
                  f"feedback: {out}/<student>/<notebook>.json")
+    flagged = [r for r in rows if r.flags]
+    if flagged:
+        lines.append("")
+        lines.append(f"{len(flagged)} notebook(s) flagged for the instructor to review (flags never change "
+                     "a score; details in each JSON report):")
+        for r in flagged:
+            for f in r.flags:
+                where = ", ".join(x for x in (f"cell {f['grade_id']!r}" if f.get("grade_id") else "",
+                                              f"line {f['line']}" if f.get("line") else "") if x)
+                lines.append(f"  {r.student} {r.notebook}: {f.get('kind')}"
+                             + (f" ({where})" if where else "") + f": {f.get('message', '')}")
     return "\n".join(lines)
