@@ -303,7 +303,7 @@ def bench_notebooks(args, log) -> list[dict]:
     import nbformat
 
     env_before = os.environ.get("POSENC_FAST")
-    os.environ["POSENC_FAST"] = "1"  # the kernel inherits it: lesson 07 trains its FAST lab
+    os.environ["POSENC_FAST"] = "1"  # the kernel inherits it: lesson 08 trains its FAST lab
     rows = []
     try:
         for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
@@ -548,7 +548,7 @@ def write_report(res: dict, path: Path) -> None:
             w(f"| {r['notebook']} | {r['code_cells']} | {r['s']:.1f}"
               + (f" (failed: {r['error']})" if r["error"] else "") + " |")
         w(f"| **all** | | **{sum(r['s'] for r in nbs):.1f}** |\n")
-        w("Lesson 07 under `make lab` runs its FULL lab instead; `posenc_lesson/lab/experiments.py` "
+        w("Lesson 08 under `make lab` runs its FULL lab instead; `posenc_lesson/lab/experiments.py` "
           "documents it at about two minutes on 2 CPU cores (`make experiments`).\n")
         measured = res.get("measured") or {}
         if "make_test_s" in measured:

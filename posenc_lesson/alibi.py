@@ -11,7 +11,7 @@ sequence; for n heads (n a power of 2) they start at 2^(-8/n) and multiply by it
 
     m_h = 2^(-8 (h + 1) / n),   h = 0 .. n - 1        (8 heads: 1/2, 1/4, ..., 1/256)
 
-Taught in notebooks/06_alibi.ipynb.
+Taught in notebooks/07_alibi.ipynb.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Claims of lesson 06: ALiBi's slopes and its linear, sign-negative bias."""
+"""Claims of lesson 07: ALiBi's slopes and its linear, sign-negative bias."""
 
 import torch
 

@@ -14,7 +14,7 @@ every cell to execute, and asserts:
     pressing ArrowRight on the first slider of every explorer changes its figure.
 
 A screenshot per lesson goes to screenshots/ (git-ignored). JupyterLab's autosave is off,
-so the notebooks on disk are never rewritten. Lesson 07 trains models: POSENC_FAST=1 is
+so the notebooks on disk are never rewritten. Lesson 08 trains models: POSENC_FAST=1 is
 kept in the server's environment, which the kernels inherit.
 """
 
@@ -39,7 +39,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
 SCREENSHOTS = ROOT / "screenshots"
-RUN_TIMEOUT_S = 300  # lesson 07 trains small models even in its fast mode
+RUN_TIMEOUT_S = 300  # lesson 08 trains small models even in its fast mode
 REDRAW_TIMEOUT_S = 30
 
 pytestmark = [

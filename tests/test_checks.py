@@ -21,7 +21,7 @@ import posenc_lesson
 from posenc_lesson.grading import TASKS, assert_passes, check, outputs_of, score
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = sorted((ROOT / "solutions").glob("0[1-7]_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 EXERCISES = ROOT / "exercises"
 
 
@@ -88,7 +88,7 @@ def test_every_task_has_a_solution_cell_and_a_test_cell_with_its_points():
 
 def test_the_course_has_enough_tasks_and_a_find_the_bug_task_per_lesson():
     assert len(TASKS) >= 14
-    for lesson in ("01", "02", "03", "04", "05", "06"):
+    for lesson in ("01", "02", "03", "04", "06", "07"):
         assert any(t.startswith(f"{lesson}_fix_") for t in TASKS), lesson
 
 
@@ -148,52 +148,52 @@ MUTANTS = [
     ("04_learned_embedding", "self.table[:t]", "self.table[1:t + 1]", "off by one"),
     ("04_learned_embedding", "return x + self.table[:t]", "return self.table[:t].expand_as(x)",
      "position vectors only"),
-    ("05_apply_rope_interleaved", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
+    ("06_apply_rope_interleaved", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
      "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
-    ("05_apply_rope_interleaved", "positions.double()", "(positions.double() + 1)", "off by one"),
-    ("05_apply_rope_interleaved", "torch.arange(0, dh, 2, dtype=torch.float64) / dh",
+    ("06_apply_rope_interleaved", "positions.double()", "(positions.double() + 1)", "off by one"),
+    ("06_apply_rope_interleaved", "torch.arange(0, dh, 2, dtype=torch.float64) / dh",
      "torch.arange(0, dh // 2, dtype=torch.float64) / dh", "off by a factor of 2"),
-    ("05_apply_rope_interleaved", "positions.double()[:, None]",
+    ("06_apply_rope_interleaved", "positions.double()[:, None]",
      "torch.arange(x.shape[-2]).double()[:, None]", "ignore the positions"),
-    ("05_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
+    ("06_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
      "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
-    ("05_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
-    ("05_rotation_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
-    ("05_rotation_matrix", "= c, -s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = s, c",
+    ("06_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
+    ("06_rotation_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
+    ("06_rotation_matrix", "= c, -s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = s, c",
      "= c, s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = -s, c", "R_m transposed"),
-    ("05_rotation_matrix", "/ head_dim)", "/ head_dim / 2)", "off by a factor of 2"),
-    ("05_convert_layout", "per_head[:, perm]", "per_head[:, torch.argsort(perm)]", "the other way"),
-    ("05_convert_layout", "head_dim = weight.shape[0] // num_heads",
+    ("06_rotation_matrix", "/ head_dim)", "/ head_dim / 2)", "off by a factor of 2"),
+    ("06_convert_layout", "per_head[:, perm]", "per_head[:, torch.argsort(perm)]", "the other way"),
+    ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
      "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
-    ("06_alibi_slopes", "(h + 1)", "h", "off by one"),
-    ("06_alibi_slopes", "c = 2 ** math.floor(math.log2(num_heads))", "c = num_heads", "wrong head count"),
-    ("06_alibi_slopes", "return torch.tensor(slopes)",
+    ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
+    ("07_alibi_slopes", "c = 2 ** math.floor(math.log2(num_heads))", "c = num_heads", "wrong head count"),
+    ("07_alibi_slopes", "return torch.tensor(slopes)",
      "return torch.tensor(slopes if c == num_heads else power_of_2(2 * c)[:num_heads])",
      "wrong head count"),
-    ("06_alibi_slopes", "[0::2]", "[1::2]", "starting at the second"),
-    ("06_alibi_slopes", "return torch.tensor(slopes)", "return torch.tensor(sorted(slopes, reverse=True))",
+    ("07_alibi_slopes", "[0::2]", "[1::2]", "starting at the second"),
+    ("07_alibi_slopes", "return torch.tensor(slopes)", "return torch.tensor(sorted(slopes, reverse=True))",
      "sorted"),
-    ("06_alibi_bias", "return -alibi_slopes", "return alibi_slopes", "sign is flipped"),
-    ("06_alibi_bias", ".abs()", "", "without the absolute value"),
-    ("06_alibi_attention", "scores + alibi_bias", "scores - alibi_bias", "wrong sign"),
-    ("06_alibi_attention", 'scores = scores.masked_fill(future, float("-inf"))', "", "no causal mask"),
-    ("06_alibi_attention", "scores = scores + alibi_bias(num_heads, seq_len)", "", "bias is missing"),
-    ("06_alibi_attention",
+    ("07_alibi_bias", "return -alibi_slopes", "return alibi_slopes", "sign is flipped"),
+    ("07_alibi_bias", ".abs()", "", "without the absolute value"),
+    ("07_alibi_attention", "scores + alibi_bias", "scores - alibi_bias", "wrong sign"),
+    ("07_alibi_attention", 'scores = scores.masked_fill(future, float("-inf"))', "", "no causal mask"),
+    ("07_alibi_attention", "scores = scores + alibi_bias(num_heads, seq_len)", "", "bias is missing"),
+    ("07_alibi_attention",
      "scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)\n"
      "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
      "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
      "before scaling"),
-    ("07_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
+    ("08_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
      "wrong sign"),
-    ("07_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
-    ("07_position_terms", "return x + get_sinusoidal_encoding(t, d_model), None",
+    ("08_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
+    ("08_position_terms", "return x + get_sinusoidal_encoding(t, d_model), None",
      "return x + get_sinusoidal_encoding(t, d_model), alibi_bias(num_heads, t)", "there is no bias"),
-    ("07_position_terms", 'if scheme in ("none", "rope"):\n        return x, None',
+    ("08_position_terms", 'if scheme in ("none", "rope"):\n        return x, None',
      'if scheme in ("none", "rope"):\n        return x + get_sinusoidal_encoding(t, d_model), None',
      "pass through unchanged"),
-    ("07_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
+    ("08_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
      "every position"),
-    ("07_predict_order", '"none, 1 layer": False', '"none, 1 layer": True', "1 of 6 predictions"),
+    ("08_predict_order", '"none, 1 layer": False', '"none, 1 layer": True', "1 of 6 predictions"),
 ]
 
 
@@ -208,8 +208,8 @@ def test_known_mistake_is_diagnosed(task_id, old, new, diagnosis):
     assert "Hint:" in feedback or "Hint" in feedback
 
 
-@pytest.mark.parametrize(("task_id", "other"), [("05_apply_rope_interleaved", "05_apply_rope_half"),
-                                                ("05_apply_rope_half", "05_apply_rope_interleaved")])
+@pytest.mark.parametrize(("task_id", "other"), [("06_apply_rope_interleaved", "06_apply_rope_half"),
+                                                ("06_apply_rope_half", "06_apply_rope_interleaved")])
 def test_swapped_rope_layouts_are_named(task_id, other):
     source = _reference_source(other).replace(TASKS[other].entry, TASKS[task_id].entry)
     points, _, feedback = _grade(task_id, _entry(task_id, source))
@@ -230,8 +230,8 @@ BUGGY = [
     ("02_fix_exponent", "sinusoidal_table_buggy", "off by a factor of 2"),
     ("03_fix_rotation_sign", "shift_encoding_buggy", "move k positions back"),
     ("04_fix_concat", "add_sinusoidal_buggy", "concatenated"),
-    ("05_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
-    ("06_fix_slopes", "get_slopes_buggy", "off by one"),
+    ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
+    ("07_fix_slopes", "get_slopes_buggy", "off by one"),
 ]
 
 
@@ -266,22 +266,22 @@ CHEATS = {
                              "    table_name = 'table'"),
     "04_fix_concat": ("def add_sinusoidal(x):\n"
                       "    return x + posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])"),
-    "05_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
+    "06_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
                                   "def apply_rope_interleaved(x, positions):\n"
                                   "    return apply_rope(x, positions)"),
-    "05_apply_rope_half": ("def apply_rope_half(x, positions):\n"
+    "06_apply_rope_half": ("def apply_rope_half(x, positions):\n"
                            "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
-    "05_rotation_matrix": ("def rope_matrix(position, head_dim):\n"
+    "06_rotation_matrix": ("def rope_matrix(position, head_dim):\n"
                            "    return posenc_lesson.sinusoidal_offset_matrix(-position, head_dim)"),
-    "05_convert_layout": ("def interleaved_to_half(weight, num_heads):\n"
+    "06_convert_layout": ("def interleaved_to_half(weight, num_heads):\n"
                           "    return posenc_lesson.convert_rope_weight(weight, num_heads)"),
-    "05_fix_pairing": ("def rope_half_fixed(x, positions):\n"
+    "06_fix_pairing": ("def rope_half_fixed(x, positions):\n"
                        "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
-    "06_alibi_slopes": ("def get_slopes(num_heads):\n"
+    "07_alibi_slopes": ("def get_slopes(num_heads):\n"
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
-    "06_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
-    "06_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
-    "06_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
+    "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
+    "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
+    "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
                            "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
                            "causal=True)[0]"),
 }
@@ -308,9 +308,9 @@ def test_answer_calling_the_library_scores_zero(task_id):
 
 
 def test_allowed_library_helpers_do_not_count_as_cheating():
-    source = _reference_source("06_alibi_bias")
+    source = _reference_source("07_alibi_bias")
     assert "alibi_slopes(" in source  # the task allows the library's slopes
-    points, max_points, _ = _grade("06_alibi_bias", _entry("06_alibi_bias", source))
+    points, max_points, _ = _grade("07_alibi_bias", _entry("07_alibi_bias", source))
     assert points == max_points
 
 
@@ -319,9 +319,9 @@ def test_allowed_library_helpers_do_not_count_as_cheating():
 # ---------------------------------------------------------------------------------------------
 
 def test_check_prints_a_pass_line_to_stdout_only(capsys):
-    check("05_apply_rope_half", _entry("05_apply_rope_half", _reference_source("05_apply_rope_half")))
+    check("06_apply_rope_half", _entry("06_apply_rope_half", _reference_source("06_apply_rope_half")))
     out, err = capsys.readouterr()
-    assert out == "✅ 05_apply_rope_half: passed (3/3 points)\n"
+    assert out == "✅ 06_apply_rope_half: passed (3/3 points)\n"
     assert err == ""
 
 
@@ -329,9 +329,9 @@ def test_check_never_raises(capsys):
     def explodes(*args):
         raise ZeroDivisionError("boom")
 
-    check("05_apply_rope_half", explodes)
-    check("05_apply_rope_half", 42)
-    check("05_apply_rope_half", lambda x, p: "a string")
+    check("06_apply_rope_half", explodes)
+    check("06_apply_rope_half", 42)
+    check("06_apply_rope_half", lambda x, p: "a string")
     check("no_such_task", explodes)
     out, err = capsys.readouterr()
     assert "ZeroDivisionError: boom" in out
@@ -347,16 +347,16 @@ def test_wrong_shape_names_both_shapes():
 
 
 def test_score_survives_malformed_outputs():
-    task = TASKS["05_apply_rope_half"]
+    task = TASKS["06_apply_rope_half"]
     n = len(task.cases())
     for outputs in ([], "nonsense", [None] * n, [{"type": "generator"}] * n, [[["x"]]] * n):
-        points, max_points, feedback = score("05_apply_rope_half", outputs)
+        points, max_points, feedback = score("06_apply_rope_half", outputs)
         assert points == 0 and max_points == task.points and feedback
 
 
 def test_feedback_never_contains_the_reference_values():
-    ref = TASKS["06_alibi_slopes"].cases()
-    points, _, feedback = _grade("06_alibi_slopes", lambda n: torch.zeros(n))
+    ref = TASKS["07_alibi_slopes"].cases()
+    points, _, feedback = _grade("07_alibi_slopes", lambda n: torch.zeros(n))
     assert points == 0
     for case in ref:
         for value in posenc_lesson.alibi_slopes(*case).tolist()[1:]:

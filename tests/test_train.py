@@ -112,7 +112,7 @@ def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_pat
 
 
 def test_lab_results_csv_in_the_repository_is_a_full_lab_run():
-    """notebooks/07_results.csv is what `make experiments` writes: every scheme at every length."""
+    """notebooks/08_results.csv is what `make experiments` writes: every scheme at every length."""
     from posenc_lesson.lab import experiments
 
     rows = experiments.read_csv(experiments.RESULTS_CSV)

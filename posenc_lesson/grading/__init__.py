@@ -3,7 +3,7 @@
 What an exercise notebook imports:
 
     from posenc_lesson.grading import assert_passes, check
-    check("05_apply_rope_half", apply_rope_half)      # prints ✅ or ❌ with a diagnosis
+    check("06_apply_rope_half", apply_rope_half)      # prints ✅ or ❌ with a diagnosis
 
 Inside, one concern per module (imports point one way: math <- lab <- grading):
 

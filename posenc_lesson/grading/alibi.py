@@ -1,4 +1,4 @@
-"""Lesson 06's tasks (exercises/06_alibi.ipynb): ALiBi's slopes (and their bug), the bias
+"""Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug), the bias
 -m_h |i - j|, and causal attention with it."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ _SLOPE_HINT = ("m_h = 2^(-8(h+1)/n) for n a power of 2; otherwise the slopes of 
                "below n, then extra ones from twice that many heads.")
 
 register(Task(
-    id="06_alibi_slopes",
+    id="07_alibi_slopes",
     title="ALiBi slopes",
     points=3,
     entry="get_slopes",
@@ -100,7 +100,7 @@ register(Task(
 ))
 
 register(Task(
-    id="06_fix_slopes",
+    id="07_fix_slopes",
     title="ALiBi slopes (find the bug)",
     points=2,
     entry="get_slopes_fixed",
@@ -118,7 +118,7 @@ def _distance(t: int) -> Tensor:
 
 
 register(Task(
-    id="06_alibi_bias",
+    id="07_alibi_bias",
     title="The ALiBi bias",
     points=2,
     entry="alibi_bias_matrix",
@@ -160,7 +160,7 @@ def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
 
 
 register(Task(
-    id="06_alibi_attention",
+    id="07_alibi_attention",
     title="Causal attention with ALiBi",
     points=3,
     entry="alibi_attention",

@@ -1,4 +1,4 @@
-"""Lesson 07's tasks (exercises/07_length_extrapolation.ipynb): the lab's position-scheme
+"""Lesson 08's tasks (exercises/08_length_extrapolation.ipynb): the lab's position-scheme
 switch, measuring which TinyDecoder notices a swap of two tokens, and predicting it first."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _judge_terms(outputs: list, cases: list) -> tuple[float, str]:
 
 
 register(Task(
-    id="07_position_terms",
+    id="08_position_terms",
     title="The scheme switch",
     points=3,
     entry="position_terms",
@@ -188,7 +188,7 @@ def _judge_order(outputs: list, cases: list) -> tuple[float, str]:
 
 
 register(Task(
-    id="07_measure_order",
+    id="08_measure_order",
     title="Measuring order sensitivity",
     points=2,
     entry="order_sensitive",
@@ -221,7 +221,7 @@ def _judge_prediction(outputs: list, cases: list) -> tuple[float, str]:
 
 
 register(Task(
-    id="07_predict_order",
+    id="08_predict_order",
     title="Predict: which models notice a swap?",
     points=1,
     entry="predicted_order_sensitive",

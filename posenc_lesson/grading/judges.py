@@ -225,7 +225,7 @@ def not_a_rotation(m: Tensor, case: tuple) -> str | None:
 
 
 # --------------------------------------------------------------------------------------
-# Mistakes shared by several lessons' tasks: attention (01, 06), the sinusoidal table (02, 04, 07)
+# Mistakes shared by several lessons' tasks: attention (01, 07), the sinusoidal table (02, 04, 08)
 # --------------------------------------------------------------------------------------
 
 ATTENTION_FORBIDDEN = ("posenc_lesson.scaled_dot_product_attention",

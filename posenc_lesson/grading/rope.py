@@ -1,4 +1,4 @@
-"""Lesson 05's tasks (exercises/05_rope.ipynb): RoPE in both channel layouts, the rotation
+"""Lesson 06's tasks (exercises/06_rope.ipynb): RoPE in both channel layouts, the rotation
 matrix R_m, converting a projection between layouts, and the rotate_half pairing bug."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _rope_mistakes(layout: str) -> list[Mistake]:
 
 for _layout, _points in (("interleaved", 3), ("half", 3)):
     register(Task(
-        id=f"05_apply_rope_{_layout}",
+        id=f"06_apply_rope_{_layout}",
         title=f"RoPE, {_layout} layout",
         points=_points,
         entry=f"apply_rope_{_layout}",
@@ -113,7 +113,7 @@ def _rope_matrix(m: int, dh: int, base: float = 10_000.0) -> Tensor:
 
 
 register(Task(
-    id="05_rotation_matrix",
+    id="06_rotation_matrix",
     title="The RoPE rotation matrix R_m",
     points=2,
     entry="rope_matrix",
@@ -151,7 +151,7 @@ def _convert_cases() -> list[tuple]:
 
 
 register(Task(
-    id="05_convert_layout",
+    id="06_convert_layout",
     title="Converting a projection from the interleaved to the half layout",
     points=2,
     entry="interleaved_to_half",
@@ -177,7 +177,7 @@ register(Task(
 ))
 
 register(Task(
-    id="05_fix_pairing",
+    id="06_fix_pairing",
     title="RoPE with rotate_half (find the bug)",
     points=2,
     entry="rope_half_fixed",

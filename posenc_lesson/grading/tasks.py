@@ -19,7 +19,7 @@ tolerances and, when an answer is wrong, names the likely mistake and gives a hi
 
 In a notebook, ``check(task_id, fn)`` does both steps and prints one verdict, e.g.
 
-    ✅ 05_apply_rope_half: passed (3/3 points)
+    ✅ 06_apply_rope_half: passed (3/3 points)
 
 and never raises. ``assert_passes`` raises an AssertionError carrying the same feedback
 (for nbgrader's autograder). An answer that calls the library's own implementation of
@@ -51,7 +51,7 @@ class Task:
     """One graded exercise task.
 
     Attributes:
-        id: "05_apply_rope_half": lesson number, then a name.
+        id: "06_apply_rope_half": lesson number, then a name.
         title: one line for tables and feedback.
         points: the most the task is worth.
         entry: the function or class name the solution cell defines.

@@ -16,7 +16,7 @@ IGNORE = -100 (what ``torch.nn.functional.cross_entropy`` skips) everywhere else
 Token ids: BOS = 0, SEP = 1; the symbols are 2 .. vocab_size - 1 (vocab_size - 2 of them),
 drawn uniformly and independently. A bag of tokens cannot solve the task: the model must
 know which symbol came first, second, ..., so a model with no sense of position fails.
-Taught in notebooks/07_length_extrapolation.ipynb.
+Taught in notebooks/08_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations

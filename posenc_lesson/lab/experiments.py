@@ -20,10 +20,10 @@ learned model meets past its training length: rows it never trained.
 
 Run the full lab (what ``make experiments`` does), about two minutes on 2 CPU cores:
 
-    python -m posenc_lesson.lab.experiments        # rewrites notebooks/07_results.csv
+    python -m posenc_lesson.lab.experiments        # rewrites notebooks/08_results.csv
 
 Under POSENC_FAST=1 (the test suite) ``config_from_env`` returns the smaller FAST setting.
-Taught in notebooks/07_length_extrapolation.ipynb.
+Taught in notebooks/08_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = ["CSV_COLUMNS", "FAST", "FULL", "RESULTS_CSV", "LabConfig", "LabResult
            "config_from_env", "format_table", "mean_metric", "read_csv", "run_lab", "write_csv"]
 
 CSV_COLUMNS = ("scheme", "seed", "train_length", "length", "token_accuracy", "exact_match")
-RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "07_results.csv"
+RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "08_results.csv"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ Each block is pre-LN (as GPT-2 and nanoGPT):
 The attention is the library's own ``scaled_dot_product_attention`` (``shaw_attention`` for
 "shaw"; softmax written out), so the maps the lab draws are exactly what the model computed.
 Used by notebooks/04_learned_vs_sinusoidal.ipynb, notebooks/05_relative_position.ipynb and
-notebooks/07_length_extrapolation.ipynb.
+notebooks/08_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations

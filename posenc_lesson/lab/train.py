@@ -17,7 +17,7 @@ Both are greedy: the prediction is argmax of the logits, given the true prefix
 e.g. ``functools.partial(copy_batch, 32, (1, 16), 18)``. Runs are reproducible: ``train``
 calls ``torch.manual_seed(seed)`` (dropout) and draws its data from a
 ``torch.Generator`` seeded with ``seed``; ``evaluate`` draws from its own generator.
-Used by notebooks/07_length_extrapolation.ipynb.
+Used by notebooks/08_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations
