@@ -13,7 +13,7 @@ Which channels form pair i is a *convention*, and checkpoints disagree:
     layout="interleaved": (a, b) = (2i, 2i + 1)   RoFormer, Meta's LLaMA code, GPT-J
     layout="half":        (a, b) = (i, i + Dh/2)  GPT-NeoX, Hugging Face LLaMA ("rotate_half")
 The two are the same rotation up to a fixed permutation of channels
-(``rope_layout_permutation``). Taught in notebooks/05_rope.ipynb.
+(``rope_layout_permutation``). Taught in notebooks/06_rope.ipynb.
 
 Three options of ``apply_rope`` serve checkpoints stretched past their training length
 (the frequencies themselves come from ``rope_scaling.scaled_rope_frequencies``):

@@ -1,4 +1,4 @@
-"""Claims of lesson 05: RoPE is a rotation whose scores depend on the offset only."""
+"""Claims of lesson 06: RoPE is a rotation whose scores depend on the offset only."""
 
 import math
 
