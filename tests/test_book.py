@@ -243,6 +243,12 @@ def _assert_accessible(page, name: str) -> None:
     """axe-core's scan of the whole page: no serious or critical violation."""
     from axe_playwright_python.sync_playwright import Axe
 
+    # The theme fades colours in (CSS transitions of 0.15-0.25 s, e.g. into dark mode): measure
+    # contrast on the final colours, not halfway through a fade.
+    page.add_style_tag(content="*, *::before, *::after { transition: none !important; "
+                               "animation: none !important; }")
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
     violations = [v for v in Axe().run(page).response["violations"] if v["impact"] in ("serious", "critical")]
     assert not violations, f"{name}: accessibility violations: " + "; ".join(
         f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
@@ -257,7 +263,7 @@ def test_dark_mode_is_accessible_too(browser, server, name):
     try:
         page.goto(f"{server}/{name}.html", wait_until="load")
         page.evaluate(PAGE_JS)
-        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        page.wait_for_function("document.documentElement.dataset.theme === 'dark'", timeout=10_000)
         _assert_accessible(page, f"{name} (dark)")
     finally:
         context.close()
