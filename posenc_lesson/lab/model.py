@@ -78,7 +78,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
         if pos == "shaw":
-            # a^K, a^V: (2k + 1, Dh) each, one pair per layer, shared by the heads (as the paper)
+            # a^K, a^V: (2k + 1, Dh) each, one pair per layer, shared by the heads (as the paper's big
+            # model, sec. 4.1; its base model learned a pair per head)
             self.shaw = ShawRelativePositions(max_distance, self.head_dim)
 
     def forward(self, x: Tensor, position_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
