@@ -15,7 +15,7 @@ help:
 	@echo "make test         library tests, lint, then every notebook through nbval"
 	@echo "make lint         ruff check"
 	@echo "make exercises    regenerate exercises/ from solutions/"
-	@echo "make experiments  rerun the length-extrapolation lab and rewrite its CSV"
+	@echo "make experiments  rerun the two labs (length extrapolation, context extension) and rewrite their CSVs"
 	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
 	@echo "make book         build the course website into _build/book/html (EXECUTE=1 reruns the lessons first)"
 
@@ -55,6 +55,7 @@ exercises: $(STAMP)
 
 experiments: $(STAMP)
 	$(BIN)/python -m posenc_lesson.lab.experiments
+	$(BIN)/python -m posenc_lesson.lab.context_extension
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
