@@ -5,6 +5,8 @@
     train        training and evaluation with a progress bar
     experiments  the length-extrapolation lab: python -m posenc_lesson.lab.experiments
                  (what `make experiments` runs) rewrites its CSV in notebooks/
+    context_extension  lesson 09's lab: a trained RoPE model stretched to 4L five ways, zero-shot
+                 and fine-tuned (python -m posenc_lesson.lab.context_extension, also in `make experiments`)
 
 The lab imports the math modules (``posenc_lesson.attention``, ``rope``, ...) and never the
 grading layer. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
