@@ -122,7 +122,10 @@ def stored_figures(notebook: Path) -> int:
     state = nb["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     outputs += [o for m in state.values() if m.get("model_name") == "OutputModel"
                 for o in m.get("state", {}).get("outputs", [])]
-    return sum(any(t in o.get("data", {}) for t in IMAGE_TYPES) for o in outputs)
+    # an explorer's own output also carries a static PNG next to its widget view (viz.explorer, for
+    # viewers without a kernel); the page shows the widget's stored frame instead, counted above
+    return sum(any(t in o.get("data", {}) for t in IMAGE_TYPES)
+               and "application/vnd.jupyter.widget-view+json" not in o.get("data", {}) for o in outputs)
 
 
 # ---- the page, read in one round trip ---------------------------------------------------------
