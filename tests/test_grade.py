@@ -431,7 +431,11 @@ def test_discovery_layouts_and_a_notebook_sent_twice(tmp_path):
     exercises = plan.load_exercises(SOLUTIONS, set(grading.TASKS))
     for sub in subs:
         submissions.read_and_match(sub, exercises)
-    submissions.label_rows(subs)
-    assert sorted((s.student, s.notebook, s.exercise) for s in subs) == [
-        ("alice", SUBJECT, SUBJECT), ("alice", f"{SUBJECT}-Copy1", SUBJECT), ("bob", SUBJECT, SUBJECT)]
+    rows = submissions.label_rows(subs)  # one row per (student, exercise): the copy is flagged, not graded
+    assert sorted((s.student, s.notebook, s.exercise) for s in rows) == [
+        ("alice", SUBJECT, SUBJECT), ("bob", SUBJECT, SUBJECT)]
+    alice = next(s for s in rows if s.student == "alice")
+    assert alice.path.name == f"{SUBJECT}.ipynb"
+    assert [f["kind"] for f in alice.flags] == ["duplicate"]
+    assert f"{SUBJECT}-Copy1" in alice.flags[0]["message"]
     assert warnings == []

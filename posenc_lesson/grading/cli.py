@@ -74,7 +74,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .errors import InfrastructureError, UsageError, short
+from . import sandbox
+from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
 from .plan import load_exercises
@@ -114,7 +115,56 @@ def _parser() -> argparse.ArgumentParser:
                    help="the trusted solution notebooks (default: the course's solutions/ folder)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing DIR/grades.csv and the JSON reports this run writes")
+    p.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
+                   help="shut each kernel in (Linux namespaces, a tmpfs, its own uid, no network, "
+                        "rlimits). auto (default) and on: refuse to grade where that cannot be set up; "
+                        "off: run the learners' code with your rights (a warning says so)")
+    p.add_argument("--memory", default=_size_text(sandbox.Spec.memory), metavar="SIZE",
+                   help="memory each sandboxed kernel may allocate, e.g. 2G or 512M "
+                        f"(default {_size_text(sandbox.Spec.memory)})")
+    p.add_argument("--disk", default=_size_text(sandbox.Spec.disk), metavar="SIZE",
+                   help="size of each sandboxed kernel's tmpfs (its folder, /tmp and the outputs) "
+                        f"(default {_size_text(sandbox.Spec.disk)})")
     return p
+
+
+_UNITS = {"": 2**20, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def _size_text(n: int) -> str:
+    return f"{n // 2**30}G" if n % 2**30 == 0 else f"{n // 2**20}M"
+
+
+def parse_size(option: str, text: str, least: int) -> int:
+    """``2G``, ``512M``, ``1.5g``, ``300`` (MiB) -> bytes; a UsageError naming the option otherwise."""
+    raw = str(text).strip().lower().removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in _UNITS else ""
+    try:
+        value = int(float(raw[: len(raw) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        value = -1
+    if value < least:
+        raise UsageError(f"{option}: give a size of at least {_size_text(least)}, such as 2G or 512M; "
+                         f"got {text!r}")
+    return value
+
+
+def _sandbox(args: argparse.Namespace, workdir: Path) -> sandbox.Spec | None:
+    """The sandbox spec for this run, after a probe; None with a warning for --sandbox off."""
+    memory = parse_size("--memory", args.memory, 256 * 2**20)
+    disk = parse_size("--disk", args.disk, 16 * 2**20)
+    if args.sandbox == "off":
+        print("posenc-grade: warning: --sandbox off: each learner's code runs with your user's rights, "
+              "can read and change your files (other students' reports, solutions/, grades.csv) and "
+              "outlive the grader; grade only notebooks you trust, or inside a throw-away container",
+              file=sys.stderr)
+        return None
+    box = sandbox.make_spec(memory, disk, workdir / "newroot")
+    why = sandbox.probe(box, workdir / "probe")
+    if why:
+        raise InfrastructureError(f"--sandbox {args.sandbox}: cannot shut the learners' code in on this "
+                                  f"machine ({why}); nothing was graded. To fix: {sandbox.HOW_TO_FIX}")
+    return box
 
 
 def _check_out(out: Path, subs: list[Submission], force: bool) -> None:
@@ -137,6 +187,29 @@ def _check_out(out: Path, subs: list[Submission], force: bool) -> None:
         raise InfrastructureError(f"--out: cannot write to {out}: {short(exc)}") from exc
 
 
+def _grade_all(grader: Grader, subs: list[Submission], out: Path, jobs: int) -> list[Graded]:
+    """Grade every submission, ``jobs`` at once, writing each JSON report as its row comes."""
+    rows: list[Graded] = []
+    with contextlib.closing(grader), ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(grader.grade, s) for s in subs]
+        try:
+            for n, fut in enumerate(as_completed(futures), start=1):
+                row = fut.result()
+                rows.append(row)
+                report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
+                write_atomic(json_path(out, row), report)
+                score = (f"{format_number(row.score)}/{format_number(row.max_score)}"
+                         if row.max_score is not None else "-")
+                print(printable(f"[{n}/{len(subs)}] {row.student} {row.notebook}: {score} {row.status}"),
+                      file=sys.stderr, flush=True)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            kill_all_kernels()
+            raise
+    return rows
+
+
 def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     """Grade everything ``args`` names; return the exit status."""
     if args.jobs < 1:
@@ -152,30 +225,16 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
         print(f"posenc-grade: warning: {w}", file=sys.stderr)
     for sub in subs:
         read_and_match(sub, exercises)
-    label_rows(subs)
+    subs = label_rows(subs)
     out = Path(args.out)
     _check_out(out, subs, args.force)
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
-    grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module)
-    rows: list[Graded] = []
-    with contextlib.closing(grader), ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(grader.grade, s) for s in subs]
-        try:
-            for n, fut in enumerate(as_completed(futures), start=1):
-                row = fut.result()
-                rows.append(row)
-                report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
-                write_atomic(json_path(out, row), report)
-                score = (f"{format_number(row.score)}/{format_number(row.max_score)}"
-                         if row.max_score is not None else "-")
-                print(f"[{n}/{len(subs)}] {row.student} {row.notebook}: {score} {row.status}",
-                      file=sys.stderr, flush=True)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            kill_all_kernels()
-            raise
+    with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
+        box = _sandbox(args, Path(workdir))
+        grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,
+                        Path(workdir))
+        rows = _grade_all(grader, subs, out, args.jobs)
     order = {stem: i for i, stem in enumerate(sorted(exercises))}
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)
@@ -184,7 +243,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     broken = [r for r in rows if r.status == "grader-error"]
     if broken:
         print(f"posenc-grade: error: {len(broken)} notebook(s) could not be graded because of the grader "
-              f"itself: {broken[0].reasons[0]}", file=sys.stderr)
+              f"itself: {printable(broken[0].reasons[0])}", file=sys.stderr)
         return EXIT_INFRASTRUCTURE
     return EXIT_OK
 
@@ -195,10 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except UsageError as exc:
-        print(f"posenc-grade: error: {exc}", file=sys.stderr)
+        print(f"posenc-grade: error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except InfrastructureError as exc:
-        print(f"posenc-grade: error: {exc}", file=sys.stderr)
+        print(f"posenc-grade: error: {printable(exc)}", file=sys.stderr)
         return EXIT_INFRASTRUCTURE
     except KeyboardInterrupt:
         kill_all_kernels()

@@ -3,26 +3,41 @@
 The outputs are taken inside the kernel by ``posenc_lesson.grading.in_kernel.harvest`` and
 loaded here with ``torch.load(weights_only=True)``; ``score`` runs in this process, where no
 learner code ever ran. A cell that kills its kernel is skipped and the plan reruns without it.
+
+The outputs file is the kernel's, so it is hostile data (``read_outputs``): it must be a regular
+file (not a link, FIFO or device) of at most MAX_OUTPUTS_BYTES, and what it holds must be plain
+data of bounded size: dense strided CPU tensors whose storage holds every element (no sparse,
+nested, quantized or meta tensor, no stride-0 view that would become N² elements when used),
+at most MAX_ELEMENTS elements in all, nested at most MAX_DEPTH deep.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import InfrastructureError, short
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
 from .plan import Exercise, Plan, Step, make_plan
 from .report import Graded, TaskResult
+from .sandbox import Spec
 from .submissions import Submission
 
 CHECKS_MODULE = "posenc_lesson.grading"  # the registry: TASKS, outputs_of, score
 DEFAULT_CELL_TIMEOUT = 30.0  # seconds per cell (and per task's test run)
 DEFAULT_NOTEBOOK_TIMEOUT = 300.0  # seconds for a whole notebook, restarts included
 MAX_OUTPUTS_BYTES = 64 * 2**20  # a task's saved outputs larger than this are not loaded
+MAX_ELEMENTS = 2**25  # tensor elements in one task's outputs, all tensors together
+MAX_ITEMS = 100_000  # list, tuple and dict entries, strings' characters / 100
+MAX_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -34,25 +49,32 @@ class Limits:
 class Grader:
     """Grades submissions against the trusted exercises with one checks module."""
 
-    def __init__(self, exercises: dict[str, Exercise], limits: Limits, checks_module: str = CHECKS_MODULE):
+    def __init__(self, exercises: dict[str, Exercise], limits: Limits, checks_module: str = CHECKS_MODULE,
+                 box: Spec | None = None, workdir: Path | None = None):
+        """``box``: the sandbox every kernel gets (None: none); ``workdir``: where the kernels'
+        folders go (default: a new temporary folder), the one ``box.newroot`` lives in."""
         self.exercises = exercises
         self.limits = limits
         self.checks_module = checks_module
         self.checks = importlib.import_module(checks_module)
-        self._zygote_dir = tempfile.TemporaryDirectory(prefix="posenc-grade-")
-        self.zygote = Zygote(checks_module, Path(self._zygote_dir.name)) if use_zygote() else None
+        self.box = box
+        self._zygote_dir = None if workdir else tempfile.TemporaryDirectory(prefix="posenc-grade-")
+        self.workdir = workdir or Path(self._zygote_dir.name)
+        self.zygote = Zygote(checks_module, self.workdir, box) if use_zygote() else None
 
     def close(self) -> None:
         """Stop the zygote (and with it any kernel still running)."""
         if self.zygote is not None:
             self.zygote.close()
-        self._zygote_dir.cleanup()
+        if self._zygote_dir is not None:
+            self._zygote_dir.cleanup()
 
     def grade(self, sub: Submission) -> Graded:
         t0 = time.monotonic()
-        row = Graded(sub.student, sub.notebook, str(sub.path), sub.exercise, "ok", [], [])
+        row = Graded(sub.student, sub.notebook, str(sub.path), sub.exercise, "ok", [], [],
+                     flags=list(sub.flags), report=sub.report)
         if sub.problem:
-            row.status, row.reasons = sub.problem.split(":", 1)[0], [sub.problem]
+            row.status, row.reasons = sub.problem.split(":", 1)[0], [sub.problem, *sub.notes]
         else:
             try:
                 self._grade(sub, row, t0)
@@ -79,7 +101,7 @@ class Grader:
                 results[gid] = self._zero(gid, why)
             problems.append(why)
         row.tasks = [results[t] for t in ex.tasks]
-        row.reasons = problems + plan.notes
+        row.reasons = problems + plan.notes + sub.notes
         row.status = "problems" if problems else "ok"
 
     def _execute(self, ex: Exercise, plan: Plan, t0: float) -> tuple[dict[str, TaskResult], list[str]]:
@@ -91,9 +113,9 @@ class Grader:
         cell_notes: dict[int, str] = {}  # step index -> what went wrong there
         excluded: set[int] = set()
         learner_ran = False
-        with tempfile.TemporaryDirectory(prefix="posenc-grade-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="s", dir=self.workdir) as tmp:
             while pending:
-                kernel = Kernel(Path(tmp), self.zygote)
+                kernel = Kernel(Path(tmp), self.zygote, self.box)
                 try:
                     kernel.start()
                     setup = (f"import posenc_lesson.grading.in_kernel as _g; "
@@ -128,8 +150,7 @@ class Grader:
                     for task_id in list(pending):
                         if time.monotonic() >= deadline:
                             break
-                        results[task_id], gone = self._test(kernel, ex, plan, task_id, Path(tmp), cell_notes,
-                                                            deadline)
+                        results[task_id], gone = self._test(kernel, ex, plan, task_id, cell_notes, deadline)
                         pending.remove(task_id)
                         if gone:
                             break
@@ -169,14 +190,15 @@ class Grader:
                     "interrupted; its kernel was killed and the cell skipped")
         return f"was stopped after {self.limits.cell_timeout:g} s (the per-cell time limit)"
 
-    def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, tmp: Path,
+    def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str,
               cell_notes: dict[int, str], deadline: float) -> tuple[TaskResult, bool]:
         """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
         task = self.checks.TASKS[task_id]
-        path = tmp / f"outputs-{task_id}.pt"
-        path.unlink(missing_ok=True)
+        inside, path = kernel.path(f"outputs-{task_id}.pt")
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
         code = (f"import posenc_lesson.grading.in_kernel as _g; "
-                f"_g.harvest({task_id!r}, {task.entry!r}, {str(path)!r}); del _g")
+                f"_g.harvest({task_id!r}, {task.entry!r}, {inside!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own_cell = next((note for i, note in cell_notes.items() if plan.steps[i].grade_id == task_id), "")
         if reply.status == "died":
@@ -191,11 +213,7 @@ class Grader:
         if reply.status == "error":
             return self._zero(task_id, f"testing your answer failed: {reply.error}"), False
         try:
-            if path.stat().st_size > MAX_OUTPUTS_BYTES:
-                raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
-            import torch
-
-            saved = torch.load(path, map_location="cpu", weights_only=True)
+            saved = read_outputs(path)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
                                        f"({short(exc)})"), False
@@ -216,3 +234,83 @@ class Grader:
         if own_cell:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
         return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback), False
+
+
+# --------------------------------------------------------------------------------------
+# Reading a kernel's outputs file: hostile data
+# --------------------------------------------------------------------------------------
+
+def read_outputs(path: Path) -> Any:
+    """Load a task's outputs file, refusing anything but a small regular file of plain data."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("they are not a regular file")
+        if info.st_size > MAX_OUTPUTS_BYTES:
+            raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_OUTPUTS_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_OUTPUTS_BYTES:
+        raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
+    import torch
+
+    saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    check_plain(saved)
+    return saved
+
+
+def check_plain(value: Any) -> None:
+    """Raise ValueError unless ``value`` is plain data of bounded size (see the module docstring).
+
+    Nothing is computed on a tensor before it passes: a stride-0 view is refused from its
+    sizes, strides and storage size alone, so a forged file cannot make the grader allocate.
+    """
+    import torch
+
+    budget = {"elements": MAX_ELEMENTS, "items": MAX_ITEMS}
+
+    def walk(v: Any, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise ValueError(f"they are nested more than {MAX_DEPTH} deep")
+        budget["items"] -= 1
+        if budget["items"] < 0:
+            raise ValueError(f"they hold more than {MAX_ITEMS} values")
+        if isinstance(v, torch.Tensor):
+            _check_tensor(v, budget)
+        elif isinstance(v, list | tuple):
+            for item in v:
+                walk(item, depth + 1)
+        elif isinstance(v, dict):
+            for key, item in v.items():
+                walk(key, depth + 1)
+                walk(item, depth + 1)
+        elif isinstance(v, str):
+            budget["items"] -= len(v) // 100
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
+            raise ValueError("they hold an integer beyond 64 bits")
+        elif not isinstance(v, bool | int | float | complex | type(None) | torch.dtype | torch.device):
+            raise ValueError(f"they hold a {type(v).__name__}, which is not plain data")
+
+    walk(value, 0)
+
+
+def _check_tensor(t: Any, budget: dict[str, int]) -> None:
+    import torch
+
+    if type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+        raise ValueError(f"they hold a {type(t).__name__}, not a plain tensor")
+    if t.layout != torch.strided or t.is_nested or t.is_quantized or t.is_meta or t.device.type != "cpu":
+        raise ValueError(f"they hold a {t.layout} / {t.device.type} tensor; only dense CPU tensors "
+                         "are graded")
+    numel = 1
+    for n in t.shape:
+        numel *= int(n)
+    budget["elements"] -= numel
+    if budget["elements"] < 0:
+        raise ValueError(f"they hold more than {MAX_ELEMENTS} tensor elements")
+    if numel and numel * t.element_size() > t.untyped_storage().nbytes():
+        raise ValueError(f"they hold a tensor of shape {tuple(t.shape)} whose elements share memory "
+                         "(an expanded or stride-0 view); save a contiguous tensor")

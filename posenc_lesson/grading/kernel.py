@@ -2,8 +2,13 @@
 
 On Linux each kernel is forked from a zygote that imported torch once
 (``posenc_lesson.grading.zygote.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
-from scratch with jupyter_client. A cell over its limit is interrupted; a kernel that does not
-stop, or dies, is killed with its whole process group.
+from scratch. A cell over its limit is interrupted; a kernel that does not stop, or dies, is
+killed with its whole process group.
+
+With a sandbox (``sandbox.Spec``) each kernel has a folder of its own, H = <workdir>/<name>,
+which its warden covers with a tmpfs in its own mount namespace; the grader reaches the
+sockets and files there through ``/proc/<warden>/root/H`` (:attr:`Kernel.outside`), the kernel
+as ``/sandbox`` (:attr:`Kernel.inside`). Without one, both are the shared workdir.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import sandbox
 from .errors import InfrastructureError, first_line, short
 
 KERNEL_START_TIMEOUT = 60.0
@@ -45,7 +52,7 @@ _STOP = threading.Event()
 
 
 def kernel_env() -> dict[str, str]:
-    """The environment kernels run in: no GUI, one thread each (jobs run side by side)."""
+    """The environment unsandboxed kernels run in: no GUI, one thread each (jobs run side by side)."""
     env = dict(os.environ)
     env.update(MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                PYDEVD_DISABLE_FILE_VALIDATION="1")
@@ -58,34 +65,51 @@ def use_zygote() -> bool:
     return sys.platform == "linux" and os.environ.get("POSENC_GRADE_FORK", "1") != "0"
 
 
+def zygote_env(box: sandbox.Spec) -> dict[str, str]:
+    """A sandboxed zygote's environment: the kernels' one, but the grader's HOME and PYTHONPATH
+    (matplotlib's font cache, where the package is found); nothing else of the grader's."""
+    env = dict(box.env)
+    for key in ("HOME", "PYTHONPATH", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
 class Zygote:
     """A process that has imported torch & co. once and forks a fresh kernel on request
     (``posenc_lesson.grading.zygote.serve``). One per grading run, shared by the jobs."""
 
-    def __init__(self, checks_module: str, workdir: Path):
+    def __init__(self, checks_module: str, workdir: Path, box: sandbox.Spec | None = None):
         self.checks_module = checks_module
         self.workdir = workdir
+        self.box = box
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
 
-    def fork(self, connection_file: Path, cwd: Path) -> int:
+    def fork(self, request: dict) -> int:
+        """Ask for a kernel; its pid (the warden's, when sandboxed)."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self._start()
             assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
             try:
-                self.proc.stdin.write(json.dumps({"connection_file": str(connection_file),
-                                                  "cwd": str(cwd)}) + "\n")
+                self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-                return int(json.loads(self.proc.stdout.readline())["pid"])
+                answer = json.loads(self.proc.stdout.readline())
+                pid = int(answer["pid"])
             except (OSError, ValueError, KeyError) as exc:
                 raise InfrastructureError(f"the kernel zygote stopped answering ({short(exc)})") from exc
+        if "error" in answer:
+            raise InfrastructureError(f"a sandboxed kernel could not start: {first_line(answer['error'])}")
+        return pid
 
     def _start(self) -> None:
-        code = f"from posenc_lesson.grading.zygote import serve; serve({self.checks_module!r})"
+        box = self.box.dumps() if self.box else None
+        code = f"from posenc_lesson.grading.zygote import serve; serve({self.checks_module!r}, {box!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=kernel_env(), cwd=self.workdir, start_new_session=True)
+                                     env=zygote_env(self.box) if self.box else kernel_env(),
+                                     cwd=self.workdir, start_new_session=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith('{"ready"'):
             self.close()
@@ -113,27 +137,38 @@ class Zygote:
 class Kernel:
     """A fresh ipykernel of this Python in its own session, driven over the shell channel only.
 
-    Started by forking the zygote when there is one, else as a new process by jupyter_client.
+    Started by forking the zygote when there is one, else as a new process: sandboxed, by the
+    sandbox's own wrapper (``sandbox.wrapper``); not, by jupyter_client.
     """
 
     _count = 0
     _count_lock = threading.Lock()
 
-    def __init__(self, workdir: Path, zygote: Zygote | None = None):
+    def __init__(self, workdir: Path, zygote: Zygote | None = None, box: sandbox.Spec | None = None):
         with Kernel._count_lock:
             Kernel._count += 1
             self.name = f"k{Kernel._count}"
         self.workdir = workdir
         self.zygote = zygote
-        self.pid: int | None = None  # zygote-forked kernels
+        self.box = zygote.box if zygote is not None else box
+        self.pid: int | None = None  # zygote-forked kernels, and sandboxed ones (their warden)
+        self.proc: subprocess.Popen | None = None  # a cold-started sandboxed kernel's warden
         self.km: Any = None  # jupyter_client-started kernels
         self.kc: Any = None
+        self.outside = workdir  # the kernel's folder, as the grader reaches it
+        self.inside = str(workdir)  # the same, as the kernel names it
+
+    def path(self, name: str) -> tuple[str, Path]:
+        """A file in the kernel's folder: (the name the kernel uses, the path the grader uses)."""
+        return f"{self.inside}/{name}", self.outside / name
 
     def start(self) -> None:
         with _LIVE_LOCK:
             _LIVE_KERNELS.add(self)
         try:
-            if self.zygote is not None:
+            if self.box is not None:
+                self._sandboxed()
+            elif self.zygote is not None:
                 self._fork()
             else:
                 self._launch()
@@ -157,9 +192,48 @@ class Kernel:
         connection_file = self.workdir / f"{self.name}.json"
         write_connection_file(str(connection_file), transport="ipc", ip=str(self.workdir / self.name),
                               key=secrets.token_hex(16).encode())
-        self.pid = self.zygote.fork(connection_file, self.workdir)
+        self.pid = self.zygote.fork({"connection_file": str(connection_file), "cwd": str(self.workdir)})
         self.kc = BlockingKernelClient()
         self.kc.load_connection_file(str(connection_file))
+
+    def _sandboxed(self) -> None:
+        """A kernel in a sandbox of its own (forked by the zygote, or cold-started by the wrapper)."""
+        import secrets
+
+        from jupyter_client import BlockingKernelClient
+
+        host = self.workdir / self.name
+        host.mkdir(mode=0o700)
+        check_socket_path(host)
+        info = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
+                "transport": "ipc", "ip": "", "key": secrets.token_hex(16),
+                "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        self.pid = self.zygote.fork({"host_dir": str(host), "connection": info}) if self.zygote \
+            else self._cold_warden(host, info)
+        self.outside = Path(f"/proc/{self.pid}/root{host}")
+        self.inside = sandbox.INSIDE
+        self.kc = BlockingKernelClient()
+        self.kc.load_connection_info({**info, "ip": str(self.outside / "kernel")})
+
+    def _cold_warden(self, host: Path, info: dict) -> int:
+        """Start the sandbox wrapper, which shuts a fresh ``ipykernel_launcher`` in; its pid."""
+        assert self.box is not None
+        cmd = [*sandbox.wrapper(), "--exec", self.box.dumps(), str(host), json.dumps(info), "--",
+               sys.executable, "-m", "ipykernel_launcher", "-f", f"{sandbox.INSIDE}/kernel.json"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=zygote_env(self.box))
+        assert self.proc.stdout is not None
+        said = b""
+        if select.select([self.proc.stdout], [], [], KERNEL_START_TIMEOUT)[0]:
+            said = self.proc.stdout.readline()
+        self.proc.stdout.close()
+        said_text = said.decode(errors="replace").strip()
+        if said_text != "ok":
+            self.proc.kill()
+            self.proc.wait()
+            raise InfrastructureError("a sandboxed kernel could not start: "
+                                      + (first_line(said_text.removeprefix("error: ")) or "no answer"))
+        return self.proc.pid
 
     def _launch(self) -> None:
         from jupyter_client import KernelManager
@@ -180,6 +254,8 @@ class Kernel:
     def alive(self) -> bool:
         if self.km is not None:
             return bool(self.km.is_alive())
+        if self.proc is not None:
+            return self.proc.poll() is None
         if self.pid is None:
             return False
         try:
@@ -257,8 +333,19 @@ class Kernel:
         if self.km is not None:
             with contextlib.suppress(Exception):
                 self.km.shutdown_kernel(now=True)
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
         with _LIVE_LOCK:
             _LIVE_KERNELS.discard(self)
+
+
+def check_socket_path(host: Path) -> None:
+    """The kernel's sockets, reached through /proc/<pid>/root, must fit a Unix socket's 107 bytes."""
+    longest = f"/proc/4194304/root{host}/kernel-5"
+    if len(os.fsencode(longest)) > 107:
+        raise InfrastructureError(f"the kernels' folder {host} is too deep for a Unix socket path "
+                                  f"({len(longest)} > 107 bytes); set TMPDIR to a short folder such as /tmp")
 
 
 def kill_all_kernels() -> None:

@@ -18,9 +18,11 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from .errors import printable
 from .plan import Exercise
-from .submissions import Submission
+from .submissions import Submission, safe_name
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Graded:
     tasks: list[TaskResult]
     seconds: float = 0.0
     flags: list[dict] = field(default_factory=list)  # notes for the instructor; never change a score
+    report: str = ""  # the JSON report's path under --out (submissions.label_rows makes it unique)
 
     @property
     def score(self) -> float:
@@ -53,7 +56,8 @@ class Graded:
         return sum(t.max_score for t in self.tasks) if self.exercise else None
 
     def to_json(self) -> dict:
-        return {
+        """The JSON report; every string escaped with ``printable`` (newlines kept)."""
+        return _clean({
             "student": self.student, "notebook": self.notebook, "exercise": self.exercise,
             "file": self.file, "status": self.status, "reason": "; ".join(self.reasons),
             "score": self.score, "max_score": self.max_score,
@@ -61,7 +65,7 @@ class Graded:
                        "feedback": t.feedback} for t in self.tasks],
             "seconds": round(self.seconds, 2),
             "flags": [dict(f) for f in self.flags],
-        }
+        })
 
     @property
     def flag_kinds(self) -> str:
@@ -92,7 +96,8 @@ def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
     w.writerow(["student", "notebook", "score", "max_score", "flags", *columns])
     for r in rows:
         by_id = {t.id: t for t in r.tasks}
-        w.writerow([r.student, r.notebook, format_number(r.score), format_number(r.max_score), r.flag_kinds,
+        w.writerow([printable(r.student), printable(r.notebook), format_number(r.score),
+                    format_number(r.max_score), printable(r.flag_kinds),
                     *[format_number(by_id[c].score) if c in by_id else "" for c in columns]])
     write_atomic(path, buf.getvalue())
 
@@ -105,25 +110,34 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def json_path(out: Path, row: Graded | Submission) -> Path:
-    return out / _safe(row.student) / f"{_safe(row.notebook)}.json"
+    if row.report:
+        return out / row.report
+    return out / safe_name(row.student) / f"{safe_name(row.notebook)}.json"
 
 
-def _safe(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_.~@+" else "_" for c in name).lstrip(".")
-    return cleaned or "_"
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value, lines=True)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
 
 
 def summary(rows: list[Graded], columns: list[str], seconds: float, jobs: int, out: Path) -> str:
     """The table printed at the end: a line per row, then per-notebook and per-task averages."""
     lines = []
-    w_student = max([7] + [len(r.student) for r in rows])
-    w_nb = max([8] + [len(r.notebook) for r in rows])
+    names = {id(r): (printable(r.student), printable(r.notebook)) for r in rows}
+    w_student = max([7] + [len(s) for s, _ in names.values()])
+    w_nb = max([8] + [len(n) for _, n in names.values()])
     lines.append(f"{'student':<{w_student}}  {'notebook':<{w_nb}}  {'score':>9}  {'status':<12}  reason")
     for r in rows:
+        student, notebook = names[id(r)]
         score = f"{format_number(r.score)}/{format_number(r.max_score)}" if r.max_score is not None else "-"
-        reason = "; ".join(r.reasons)
+        reason = printable("; ".join(r.reasons))
         reason = reason if len(reason) <= 90 else reason[:87] + "..."
-        lines.append(f"{r.student:<{w_student}}  {r.notebook:<{w_nb}}  {score:>9}  {r.status:<12}  {reason}")
+        lines.append(f"{student:<{w_student}}  {notebook:<{w_nb}}  {score:>9}  {r.status:<12}  {reason}")
     lines.append("")
     graded = [r for r in rows if r.exercise]
     for stem in sorted({r.exercise for r in graded}):
@@ -153,6 +167,6 @@ def summary(rows: list[Graded], columns: list[str], seconds: float, jobs: int, o
             for f in r.flags:
                 where = ", ".join(x for x in (f"cell {f['grade_id']!r}" if f.get("grade_id") else "",
                                               f"line {f['line']}" if f.get("line") else "") if x)
-                lines.append(f"  {r.student} {r.notebook}: {f.get('kind')}"
-                             + (f" ({where})" if where else "") + f": {f.get('message', '')}")
+                lines.append(printable(f"  {r.student} {r.notebook}: {f.get('kind')}"
+                                       + (f" ({where})" if where else "") + f": {f.get('message', '')}"))
     return "\n".join(lines)
