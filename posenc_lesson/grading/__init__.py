@@ -16,11 +16,14 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
     submissions  find the submitted notebooks and match each to its exercise
     plan         the trusted cells of solutions/, with the learner's solution cells swapped in
     kernel       a fresh Jupyter kernel with time limits, killed with its process group
+    zygote       the process that imported torch once and forks each kernel
+    sandbox      each kernel shut in: namespaces, a tmpfs, its own uid, rlimits (the spec, the probe)
+    shut_in      what runs in the sandboxed processes (standard library only)
     grader       run a plan in a kernel, take each task's outputs out, score them here
     report       grades.csv, one JSON per submission, the summary table
     cli          the command line: posenc-grade, or python -m posenc_lesson.grading
     errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
-    in_kernel    the grader's helper that runs inside each kernel (and the kernel zygote)
+    in_kernel    the grader's helper that runs inside each kernel
 
 Importing this package registers every topic's tasks, so ``TASKS`` is complete.
 """

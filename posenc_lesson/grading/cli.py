@@ -149,10 +149,8 @@ def parse_size(option: str, text: str, least: int) -> int:
     return value
 
 
-def _sandbox(args: argparse.Namespace, workdir: Path) -> sandbox.Spec | None:
+def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) -> sandbox.Spec | None:
     """The sandbox spec for this run, after a probe; None with a warning for --sandbox off."""
-    memory = parse_size("--memory", args.memory, 256 * 2**20)
-    disk = parse_size("--disk", args.disk, 16 * 2**20)
     if args.sandbox == "off":
         print("posenc-grade: warning: --sandbox off: each learner's code runs with your user's rights, "
               "can read and change your files (other students' reports, solutions/, grades.csv) and "
@@ -217,6 +215,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     if not args.timeout > 0 or not args.notebook_timeout > 0:
         raise UsageError(f"--timeout and --notebook-timeout must be positive; got {args.timeout:g} "
                          f"and {args.notebook_timeout:g}")
+    memory = parse_size("--memory", args.memory, 256 * 2**20)
+    disk = parse_size("--disk", args.disk, 16 * 2**20)
     t0 = time.monotonic()
     solutions = Path(args.solutions) if args.solutions else default_solutions_dir()
     exercises = load_exercises(solutions)
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
     with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
-        box = _sandbox(args, Path(workdir))
+        box = _sandbox(args, Path(workdir), memory, disk)
         grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,
                         Path(workdir))
         rows = _grade_all(grader, subs, out, args.jobs)
