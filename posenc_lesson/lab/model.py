@@ -251,12 +251,17 @@ class TinyDecoder(nn.Module):
             self.pe = get_sinusoidal_encoding(t, self.d_model, device=self.pe.device)
         return self.pe[:, :t]  # (1, T, D)
 
-    def forward(self, tokens: Tensor, *, return_attention: bool = False) -> Tensor | tuple[Tensor, list]:
+    def forward(self, tokens: Tensor, *, return_attention: bool = False,
+                start: int = 0) -> Tensor | tuple[Tensor, list]:
         """Next-token logits.
 
         Args:
             tokens: (B, T) integer token ids.
             return_attention: also return each layer's attention weights.
+            start: the position of the first token (default 0): token t gets the absolute row
+                start + t ("sinusoidal", "learned"; start + T <= max_len for "learned"). The
+                other schemes see only offsets i - j, so they ignore it (RoPE up to rounding).
+                The length-extrapolation lab shifts positions with it while keeping offsets.
         Returns:
             logits (B, T, vocab_size); with return_attention, (logits, [weights (B, H, T, T)
             for each layer]).
@@ -265,11 +270,15 @@ class TinyDecoder(nn.Module):
         if tokens.dim() != 2 or torch.is_floating_point(tokens) or tokens.dtype == torch.bool:
             raise ValueError(f"tokens must be an integer tensor of shape (B, T); got shape "
                              f"{tuple(tokens.shape)} and dtype {tokens.dtype}")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be a non-negative int (the first token's position); got {start!r}")
         x = self.embed(tokens)  # (B, T, D)
         if self.pos == "learned":
-            x = self.pos_embed(x)  # (B, T, D): + P[t]; ValueError if T > max_len
+            if start:  # rows start .. start + T - 1: pad the front, add the table, drop the padding
+                x = torch.cat((x.new_zeros(x.shape[0], start, x.shape[2]), x), dim=1)  # (B, start + T, D)
+            x = self.pos_embed(x)[:, start:]  # (B, T, D): + P[start + t]; ValueError if start + T > max_len
         elif self.pos == "sinusoidal":
-            x = x + self._sinusoidal(tokens.shape[1])  # (B, T, D): + PE[t]
+            x = x + self._sinusoidal(start + tokens.shape[1])[:, start:]  # (B, T, D): + PE[start + t]
         x = self.drop(x)
         t = tokens.shape[1]
         position_bias = self.rel_bias(t) if self.pos == "t5" else None  # (H, T, T), once for all layers
