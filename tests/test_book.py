@@ -55,6 +55,7 @@ DARK_PAGES = (["index"] + [f"notebooks/{nb.stem}" for nb in LESSONS[1:2]]
               + [f"exercises/{nb.stem}" for nb in EXERCISES[:1]])
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 pytestmark = [
     pytest.mark.browser,
@@ -116,16 +117,28 @@ def browser():
 # ---- what a notebook stores, to compare the page against ------------------------------------
 
 def stored_figures(notebook: Path) -> int:
-    """Images in the cells' outputs plus those stored in Output widgets (the explorers' frames)."""
+    """The figures a page must show: the images in the cells' outputs, where an explorer (a
+    widget view) counts the drawings stored in its Output widgets, or else the static PNG
+    stored beside its view (viz.explorer writes both)."""
     nb = json.loads(notebook.read_text())
-    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     state = nb["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    outputs += [o for m in state.values() if m.get("model_name") == "OutputModel"
-                for o in m.get("state", {}).get("outputs", [])]
-    # an explorer's own output also carries a static PNG next to its widget view (viz.explorer, for
-    # viewers without a kernel); the page shows the widget's stored frame instead, counted above
-    return sum(any(t in o.get("data", {}) for t in IMAGE_TYPES)
-               and "application/vnd.jupyter.widget-view+json" not in o.get("data", {}) for o in outputs)
+
+    def drawings(model_id: str) -> int:
+        model = state.get(model_id, {})
+        s = model.get("state", {})
+        own = s.get("outputs", []) if model.get("model_name") == "OutputModel" else []
+        return (sum(any(t in o.get("data", {}) for t in IMAGE_TYPES) for o in own)
+                + sum(drawings(c.removeprefix("IPY_MODEL_")) for c in s.get("children", [])))
+
+    count = 0
+    for out in (o for c in nb["cells"] for o in c.get("outputs", [])):
+        data = out.get("data", {})
+        has_image = any(t in data for t in IMAGE_TYPES)
+        if WIDGET_VIEW in data:
+            count += drawings(data[WIDGET_VIEW]["model_id"]) or has_image
+        else:
+            count += has_image
+    return count
 
 
 # ---- the page, read in one round trip ---------------------------------------------------------

@@ -6,8 +6,8 @@ Four changes, made to a copy (the repository's notebook is never written):
                     path and `make lab`, and a link to the lesson's exercises (or back);
     static_widgets  a static page has no kernel, so each widget output is replaced by what the
                     notebook stores inside the widget: an explorer's first frame (the figure in
-                    its Output widget) with a line naming its controls and their values, and a
-                    tqdm bar's final text;
+                    its Output widget, else the static PNG stored beside the widget view) with
+                    a line naming its controls and their values, and a tqdm bar's final text;
     alt_texts       every figure gets alt text: the notebook's own if a cell has it (cell
                     metadata mystnb.image.alt), else the titles the cell's code gives its axes
                     and figure (title=, set_title, suptitle; an f-string's values filled in
@@ -269,6 +269,10 @@ def static_widgets(nb: nbformat.NotebookNode) -> None:
                 new.append(out)
                 continue
             frame, controls = widget_frame(view.get("model_id", ""), state)
+            own = {t: v for t, v in out.get("data", {}).items() if t in IMAGE_TYPES}
+            if own and not any(t in o.get("data", {}) for o in frame for t in IMAGE_TYPES):
+                # no drawing stored in the widget: the static picture stored beside the widget view
+                frame = [nbformat.v4.new_output("display_data", data=own), *frame]
             if controls:
                 cell.metadata["posenc_book_explorer"] = controls
                 listed = ", ".join(f"`{k}` = {v}" for k, v in controls.items())
