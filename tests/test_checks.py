@@ -88,7 +88,7 @@ def test_every_task_has_a_solution_cell_and_a_test_cell_with_its_points():
 
 def test_the_course_has_enough_tasks_and_a_find_the_bug_task_per_lesson():
     assert len(TASKS) >= 14
-    for lesson in ("01", "02", "03", "04", "06", "07"):
+    for lesson in ("01", "02", "03", "04", "05", "06", "07"):
         assert any(t.startswith(f"{lesson}_fix_") for t in TASKS), lesson
 
 
@@ -230,6 +230,7 @@ BUGGY = [
     ("02_fix_exponent", "sinusoidal_table_buggy", "off by a factor of 2"),
     ("03_fix_rotation_sign", "shift_encoding_buggy", "move k positions back"),
     ("04_fix_concat", "add_sinusoidal_buggy", "concatenated"),
+    ("05_fix_t5_bucket", "t5_bucket_buggy", "i - j (query minus key)"),
     ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
     ("07_fix_slopes", "get_slopes_buggy", "off by one"),
 ]
@@ -266,6 +267,22 @@ CHEATS = {
                              "    table_name = 'table'"),
     "04_fix_concat": ("def add_sinusoidal(x):\n"
                       "    return x + posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])"),
+    "05_clipped_index": ("def clipped_index(q_len, k_len, max_distance, q_offset):\n"
+                         "    return posenc_lesson.shaw_relative_index(\n"
+                         "        q_len, k_len, max_distance=max_distance, q_offset=q_offset)"),
+    "05_shaw_scores": ("def shaw_scores(q, k, key_table, max_distance):\n"
+                       "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
+                       "    return q @ k.transpose(-2, -1)"),
+    "05_t5_bucket": ("def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):\n"
+                     "    return posenc_lesson.t5_relative_position_bucket(relative_position, "
+                     "bidirectional=bidirectional,\n"
+                     "        num_buckets=num_buckets, max_distance=max_distance)"),
+    "05_fix_t5_bucket": ("from posenc_lesson.relative import t5_relative_position_bucket as bucket\n"
+                         "def t5_bucket_fixed(relative_position, bidirectional=True, num_buckets=32, "
+                         "max_distance=128):\n"
+                         "    return bucket(relative_position, bidirectional=bidirectional, "
+                         "num_buckets=num_buckets,\n"
+                         "                  max_distance=max_distance)"),
     "06_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
                                   "def apply_rope_interleaved(x, positions):\n"
                                   "    return apply_rope(x, positions)"),
@@ -284,9 +301,6 @@ CHEATS = {
     "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
                            "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
                            "causal=True)[0]"),
-    "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
-                         "def copy_accuracy_by_position(tokens, logits):\n"
-                         "    return lab(tokens, logits)"),
 }
 
 

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
-TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "rope", "alibi", "extrapolation")
+TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "rope", "alibi", "extrapolation")
 
 _MAX_MESSAGE = 300  # characters of an exception message kept in the outputs
 
