@@ -356,14 +356,15 @@ def bench_grading(args, log) -> dict:
             shutil.copytree(src, klass / student, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         n = sum(1 for _ in klass.glob("*/*.ipynb"))
         out["submissions"] = n
-        for jobs in (1, 2):
+        # the sandbox is on by default (a namespace sandbox per kernel); off once, to show its cost
+        for key, flags in (("posenc_grade_jobs1", ["--jobs", "1"]), ("posenc_grade_jobs2", ["--jobs", "2"]),
+                           ("posenc_grade_unsandboxed", ["--jobs", "1", "--sandbox", "off"])):
             start = time.perf_counter()
-            proc = subprocess.run([str(grade), str(klass), "--out", str(tmp / f"out{jobs}"),
-                                   "--jobs", str(jobs)], env=env, capture_output=True, text=True)
+            proc = subprocess.run([str(grade), str(klass), "--out", str(tmp / key), *flags],
+                                  env=env, capture_output=True, text=True)
             seconds = time.perf_counter() - start
-            out[f"posenc_grade_jobs{jobs}"] = {"s": seconds, "rc": proc.returncode,
-                                               "tail": (proc.stdout + proc.stderr)[-400:]}
-            log(f"posenc-grade --jobs {jobs}: {n} submissions in {seconds:.1f} s (rc {proc.returncode})")
+            out[key] = {"s": seconds, "rc": proc.returncode, "tail": (proc.stdout + proc.stderr)[-400:]}
+            log(f"posenc-grade {' '.join(flags)}: {n} submissions in {seconds:.1f} s (rc {proc.returncode})")
         # nbgrader: the same notebooks, released from solutions/, autograded per student
         course = tmp / "course"
         course.mkdir()
@@ -568,11 +569,14 @@ def write_report(res: dict, path: Path) -> None:
             w(f"One class of four students (alice and carol handed in the worked solutions, bob and "
               f"dan the blank exercises), {n} notebook submissions, `POSENC_FAST=1`; the same "
               "submissions for both graders (nbgrader's `generate_assignment` runs first, untimed). "
+              "posenc-grade runs each kernel in its sandbox (namespaces, a tmpfs, its own uid, "
+              "rlimits) unless the row says `--sandbox off`. "
               "Wall time of the whole command, start-up included:\n")
             w("| grader | seconds | per submission | submissions / min |")
             w("|---|---:|---:|---:|")
             for key, label in (("posenc_grade_jobs1", "posenc-grade"),
                                ("posenc_grade_jobs2", "posenc-grade --jobs 2"),
+                               ("posenc_grade_unsandboxed", "posenc-grade --sandbox off"),
                                ("nbgrader", "nbgrader autograde")):
                 g = grading.get(key, {})
                 if "s" in g:
@@ -583,8 +587,13 @@ def write_report(res: dict, path: Path) -> None:
             g1, g2, nb = (grading.get(k, {})
                           for k in ("posenc_grade_jobs1", "posenc_grade_jobs2", "nbgrader"))
             if "s" in g1 and "s" in nb:
-                w(f"\nposenc-grade is {nb['s'] / g1['s']:.1f}× faster per submission than nbgrader "
-                  f"autograde; --jobs 2 gives {g1['s'] / g2['s']:.2f}× the throughput of --jobs 1.\n")
+                w(f"\nposenc-grade (sandboxed) is {nb['s'] / g1['s']:.1f}× faster per submission than "
+                  f"nbgrader autograde; --jobs 2 gives {g1['s'] / g2['s']:.2f}× the throughput of --jobs 1.")
+                off = grading.get("posenc_grade_unsandboxed", {})
+                if "s" in off:
+                    w(f"The sandbox costs {(g1['s'] - off['s']) / n:+.2f} s per submission "
+                      f"({g1['s'] / n:.2f} s with it, {off['s'] / n:.2f} s without).")
+                w("")
     path.write_text("\n".join(lines) + "\n")
 
 

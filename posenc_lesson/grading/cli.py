@@ -1,6 +1,7 @@
 r"""Grade a class's exercise notebooks: the ``posenc-grade`` command.
 
-    posenc-grade [--jobs N] [--timeout SECONDS] --out DIR PATH...
+    posenc-grade [--jobs N] [--timeout SECONDS] [--sandbox auto|on|off] [--memory SIZE]
+                 [--disk SIZE] --out DIR PATH...
     python -m posenc_lesson.grading ...          (the same command; it succeeds the former
                                                   python -m posenc_lesson.grade)
 
@@ -11,8 +12,8 @@ too). Each submission is matched to its exercise by ``metadata.posenc_lesson.exe
 falling back to its file name. The grader writes
 
     DIR/grades.csv                   one row per (student, notebook): student, notebook, score,
-                                     max_score, then one column per task (empty where the task
-                                     is not part of that notebook)
+                                     max_score, flags, then one column per task (empty where
+                                     the task is not part of that notebook)
     DIR/<student>/<notebook>.json    per task: id, name, score, max_score, feedback; and the
                                      notebook's status and the reason for it
 
@@ -53,11 +54,32 @@ The tests come from the course, never from the submission. For a submission of e
 
 ``--jobs N`` grades N submissions at once: N threads here, each driving its own kernel.
 
-What this does not do: it isolates the *scores*, not the machine. The learner's code runs
-with your user's rights; grade untrusted classes in a container or a throw-away account.
-And the outputs are taken inside the learner's kernel: a learner who sets out to rewrite the
-grader's own kernel-side code (``in_kernel``) could hand it made-up outputs. What comes
-back is only ever data, so that could fake a score, never run code in the grader.
+The machine, the grader and the other students
+----------------------------------------------
+On Linux every kernel runs in a sandbox of its own (``sandbox``; ``--sandbox auto``, the
+default, and ``on``): its own PID, mount, network, IPC and UTS namespaces (it is PID 1: nothing
+it starts outlives it, and it sees no other process), a read-only root holding only the system
+libraries, this Python and the ``posenc_lesson`` package, a tmpfs of ``--disk`` bytes (default
+256M) as its folder and ``/tmp``, a uid of its own (a user namespace when not run as root), no
+capabilities, no network, an environment of its own, and rlimits: ``--memory`` bytes of data
+(default 2G; the address space is that plus the libraries already mapped), 128 processes,
+512 open files, files of at most ``--disk``, no core files. ``--out``, ``solutions/``, the rest
+of the course and the grader's files are not in its root. Before grading, a probe sets one such
+sandbox up; where that fails the grader refuses to grade (exit status 1) and says why and how
+to fix it. ``--sandbox off`` grades without one, with a warning.
+
+What comes back from a kernel is hostile data (``grader.read_outputs``), and so are the
+submitted files (``submissions``): regular files only, size caps, control characters escaped
+in everything printed or stored (``errors.printable``), one report path per row.
+
+Flags: a row's ``flags`` (``report.Graded``) are notes for the instructor and never change a
+score: grades.csv's ``flags`` column lists their kinds, the JSON has each one's cell, line,
+snippet and message, and the summary ends with the flagged rows. A notebook handed in twice for
+one exercise is one row flagged ``duplicate``.
+
+Still assumed: the Linux kernel (an exploit escapes any namespace), CPU time (a submission can
+keep a core busy until its time limits), memory for ``--jobs`` x ``--disk`` of tmpfs, no side
+channels; a kernel can read the library and the Python it imports.
 """
 
 from __future__ import annotations

@@ -308,9 +308,9 @@ def _check_tensor(t: Any, budget: dict[str, int]) -> None:
     numel = 1
     for n in t.shape:
         numel *= int(n)
-    budget["elements"] -= numel
-    if budget["elements"] < 0:
-        raise ValueError(f"they hold more than {MAX_ELEMENTS} tensor elements")
     if numel and numel * t.element_size() > t.untyped_storage().nbytes():
         raise ValueError(f"they hold a tensor of shape {tuple(t.shape)} whose elements share memory "
                          "(an expanded or stride-0 view); save a contiguous tensor")
+    budget["elements"] -= numel
+    if budget["elements"] < 0:
+        raise ValueError(f"they hold more than {MAX_ELEMENTS} tensor elements")

@@ -81,12 +81,12 @@ def outermost(paths) -> list[str]:
 
 
 def kernel_env(threads: int = 1) -> dict[str, str]:
-    """The whole environment of a sandboxed kernel: nothing of the grader's but the locale."""
+    """The whole environment of a sandboxed kernel: nothing of the grader's but the locale and PYTHONPATH."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": INSIDE,
            "TMPDIR": "/tmp", "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "OPENBLAS_NUM_THREADS": str(threads), "PYTHONDONTWRITEBYTECODE": "1"}
-    for key in ("LANG", "LC_ALL", "LC_CTYPE"):
+    for key in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH"):  # (what PYTHONPATH imported is mounted)
         if key in os.environ:
             env[key] = os.environ[key]
     env.setdefault("LANG", "C.UTF-8")

@@ -225,6 +225,8 @@ def _build_root(spec: Spec, host_dir: str) -> None:
     """A root holding only what the kernel needs; pivot into it."""
     root = spec.newroot
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    _bind(host_dir, root, at=INSIDE, readonly=False)  # first: a read-only bind below /tmp stays on top
+    _bind(os.path.join(host_dir, "tmp"), root, at="/tmp", readonly=False)
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             os.symlink(os.readlink(d), root + d)
@@ -236,8 +238,6 @@ def _build_root(spec: Spec, host_dir: str) -> None:
     for path in spec.binds:
         if os.path.exists(path):
             _bind(path, root)
-    _bind(host_dir, root, at=INSIDE, readonly=False)
-    _bind(os.path.join(host_dir, "tmp"), root, at="/tmp", readonly=False)
     os.makedirs(root + "/dev")
     mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
     for name in DEVICES:
