@@ -29,7 +29,7 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.max_len = _checks.positive_int("max_len", max_len)
         self.d_model = _checks.positive_int("d_model", d_model)
-        # std 0.02 as GPT-2 does: small next to unit-scale token embeddings
+        # std 0.02 (Hugging Face GPT-2's initializer_range; OpenAI's GPT-2 code used 0.01 for wpe)
         self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)  # (L_max, D)
 
     def forward(self, x: Tensor) -> Tensor:
