@@ -46,9 +46,10 @@ def _regions(source: str, begin: str, end: str) -> tuple[list[str], list[str]]:
     return inside, outside
 
 
-def test_there_is_one_solution_notebook_per_lesson_01_to_08_but_05():
+def test_there_is_one_solution_notebook_per_lesson_01_to_08():
     assert {"01_permutation_equivariance", "02_sinusoidal_encoding", "03_rotation_matrix_proof",
-            "04_learned_vs_sinusoidal", "06_rope", "07_alibi", "08_length_extrapolation"} <= set(STEMS)
+            "04_learned_vs_sinusoidal", "05_relative_position", "06_rope", "07_alibi",
+            "08_length_extrapolation"} <= set(STEMS)
 
 
 def test_committed_exercises_are_not_stale(tmp_path):
