@@ -23,13 +23,30 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
     report       grades.csv, one JSON per submission, the summary table
     cli          the command line: posenc-grade, or python -m posenc_lesson.grading
     errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
-    in_kernel    the grader's helper that runs inside each kernel
+    in_kernel    what runs inside each kernel (and behind check()): the run kinds, the watch
+                 that records calls of the library a task does not allow, the harvest
+    given        functions a task hands to the learner's code as inputs (lesson 01)
+    flags        the static scan of answer cells: review flags for the instructor
 
-Importing this package registers every topic's tasks, so ``TASKS`` is complete.
+The names below load lazily: the first one used imports ``tasks`` and registers every topic's
+tasks, so ``TASKS`` is complete. Importing the package alone (as a grading kernel does, for
+``in_kernel``) loads no task, no reference and no judge; in a grading kernel ``check`` and
+``assert_passes`` are stand-ins and the rest is not there (``in_kernel.install``).
 """
 
-from .tasks import TASKS, TOPICS, Task, assert_passes, check, load_topics, outputs_of, score, verdict
+from __future__ import annotations
 
-load_topics()
+from typing import Any
 
-__all__ = ["TASKS", "TOPICS", "Task", "assert_passes", "check", "outputs_of", "score", "verdict"]
+__all__ = ["TASKS", "TOPICS", "Task", "assert_passes", "check", "hidden_cases", "job", "load_topics",
+           "outputs_of", "score", "verdict"]
+_GRADING = False  # True inside a grading kernel
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__ or _GRADING:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import tasks
+
+    tasks.load_topics()
+    return getattr(tasks, name)

@@ -1,5 +1,10 @@
 """Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug), the bias
--m_h |i - j|, and causal attention with it."""
+-m_h |i - j|, and causal attention with it.
+
+Hidden cases (``Task.hidden``, any seed but 0): head counts 1 .. 64, at least one a power of 2
+and three not; biases of 1 .. 16 heads over 1 .. 12 tokens; attention on fresh (B, H, T, Dh)
+shapes. The bias may use ``alibi_slopes`` and the attention ``alibi_bias`` (the statement says so).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from .judges import (
     Mistake,
     attention_mistakes,
     call,
+    draw,
     randn,
     seeded,
     softmax_attention,
@@ -58,6 +64,17 @@ def _sorted_slopes(n: int) -> Tensor:
 _SLOPE_CASES = [(8,), (16,), (1,), (12,), (6,), (24,)]
 
 
+def _hidden_slopes(seed: int) -> list[tuple]:
+    """(num_heads,): one power of 2 (1 .. 64), three other counts (3 .. 63)."""
+    g = seeded(seed)
+    others = []
+    while len(others) < 3:
+        n = draw(g, 3, 63)
+        if n & (n - 1) and (n,) not in others:
+            others.append((n,))
+    return [(2 ** draw(g, 0, 6),), *others]
+
+
 def _slope_mistakes() -> list[Mistake]:
     return [
         Mistake(_slopes_off_by_one,
@@ -97,6 +114,7 @@ register(Task(
     cases=lambda: list(_SLOPE_CASES),
     run=call,
     judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT),
+    hidden=_hidden_slopes,
 ))
 
 register(Task(
@@ -109,6 +127,7 @@ register(Task(
     run=call,
     judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT,
                        partial=False),
+    hidden=_hidden_slopes,
 ))
 
 
@@ -125,6 +144,8 @@ register(Task(
     forbidden=("posenc_lesson.alibi_bias",),
     cases=lambda: [(8, 5), (4, 6), (12, 3), (1, 1)],
     run=call,
+    hidden=lambda seed: [(draw(g, 1, 16), draw(g, 1, 12)) for g in [seeded(seed)] for _ in range(4)],
+    allowed=("posenc_lesson.alibi_slopes",),
     judge=tensor_judge(lambda h, t: _alibi.alibi_bias(h, t), [
         Mistake(lambda h, t: -_alibi.alibi_bias(h, t),
                 "the sign is flipped: your bias rewards distant keys.",
@@ -146,11 +167,19 @@ register(Task(
 ))
 
 
-def _alibi_attention_cases() -> list[tuple]:
-    g = seeded(110)
-    return [(randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8)),
-            (randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 3)),
-            (randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8))]
+def _alibi_attention_cases(seed: int = 0) -> list[tuple]:
+    """(q, k (B, H, T, Dh), v (B, H, T, Dv))."""
+    if seed == 0:
+        g = seeded(110)
+        return [(randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8)),
+                (randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 3)),
+                (randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8))]
+    g = seeded(seed)
+    cases = []
+    for _ in range(3):
+        b, h, t, dh, dv = draw(g, 1, 2), draw(g, 1, 8), draw(g, 2, 9), draw(g, 2, 8), draw(g, 1, 8)
+        cases.append((randn(g, b, h, t, dh), randn(g, b, h, t, dh), randn(g, b, h, t, dv)))
+    return cases
 
 
 def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
@@ -167,6 +196,8 @@ register(Task(
     forbidden=ATTENTION_FORBIDDEN,
     cases=_alibi_attention_cases,
     run=call,
+    hidden=_alibi_attention_cases,
+    allowed=("posenc_lesson.alibi_bias", "posenc_lesson.alibi_slopes", "posenc_lesson.causal_mask"),
     judge=tensor_judge(_alibi_attention, [
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=-_alibi.alibi_bias(q.shape[1], q.shape[2])),
                 "the bias has the wrong sign: distant keys get *more* attention.",

@@ -103,6 +103,7 @@ from .kernel import kill_all_kernels
 from .plan import load_exercises
 from .report import Graded, format_number, json_path, summary, task_columns, write_atomic, write_csv
 from .submissions import Submission, discover, label_rows, read_and_match
+from .tasks import grader_only_paths
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
 
@@ -137,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the trusted solution notebooks (default: the course's solutions/ folder)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing DIR/grades.csv and the JSON reports this run writes")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="the seed the hidden test inputs are drawn with (default: a random one, printed "
+                        "and stored in every JSON report); the same N gives the same inputs and scores")
     p.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
                    help="shut each kernel in (Linux namespaces, a tmpfs, its own uid, no network, "
                         "rlimits). auto (default) and on: refuse to grade where that cannot be set up; "
@@ -252,16 +256,19 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     _check_out(out, subs, args.force)
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
+    sandbox.hide_from_kernels(*grader_only_paths())  # what knows the answers stays out of the kernels
     with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
         box = _sandbox(args, Path(workdir), memory, disk)
         grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,
-                        Path(workdir))
+                        Path(workdir), args.seed)
+        print(f"posenc-grade: hidden inputs drawn with --seed {grader.seed}", file=sys.stderr, flush=True)
         rows = _grade_all(grader, subs, out, args.jobs)
     order = {stem: i for i, stem in enumerate(sorted(exercises))}
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)
     write_csv(out / "grades.csv", rows, columns)
     print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))
+    print(f"hidden inputs: --seed {grader.seed} (pass it again to draw the same inputs)")
     broken = [r for r in rows if r.status == "grader-error"]
     if broken:
         print(f"posenc-grade: error: {len(broken)} notebook(s) could not be graded because of the grader "

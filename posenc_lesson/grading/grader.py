@@ -1,8 +1,10 @@
 """Grading one submission: run its plan in a kernel, take each task's outputs out, score them here.
 
-The outputs are taken inside the kernel by ``posenc_lesson.grading.in_kernel.harvest`` and
-loaded here with ``torch.load(weights_only=True)``; ``score`` runs in this process, where no
-learner code ever ran. A cell that kills its kernel is skipped and the plan reruns without it.
+The outputs are taken inside the kernel by ``posenc_lesson.grading.in_kernel.harvest``, on the
+task's hidden cases (drawn here for the run's seed, written into the kernel's folder as data
+just before the harvest), and loaded here with ``torch.load(weights_only=True)``; ``score`` runs
+in this process, where no learner code ever ran, on the same cases. A cell that kills its kernel
+is skipped and the plan reruns without it. Every answer cell is read by ``flags.scan`` too.
 
 The outputs file is the kernel's, so it is hostile data (``read_outputs``): it must be a regular
 file (not a link, FIFO or device) of at most MAX_OUTPUTS_BYTES, and what it holds must be plain
@@ -17,14 +19,17 @@ import contextlib
 import importlib
 import io
 import os
+import secrets
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import InfrastructureError, short
+from .flags import scan
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
 from .plan import Exercise, Plan, Step, make_plan
 from .report import Graded, TaskResult
@@ -50,9 +55,13 @@ class Grader:
     """Grades submissions against the trusted exercises with one checks module."""
 
     def __init__(self, exercises: dict[str, Exercise], limits: Limits, checks_module: str = CHECKS_MODULE,
-                 box: Spec | None = None, workdir: Path | None = None):
+                 box: Spec | None = None, workdir: Path | None = None, seed: int | None = None):
         """``box``: the sandbox every kernel gets (None: none); ``workdir``: where the kernels'
-        folders go (default: a new temporary folder), the one ``box.newroot`` lives in."""
+        folders go (default: a new temporary folder), the one ``box.newroot`` lives in; ``seed``:
+        the hidden inputs' seed (default: a random one), the same for every submission."""
+        self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self._hidden: dict[str, list] = {}  # task id -> its hidden cases for this run
+        self._hidden_lock = threading.Lock()
         self.exercises = exercises
         self.limits = limits
         self.checks_module = checks_module
@@ -72,7 +81,7 @@ class Grader:
     def grade(self, sub: Submission) -> Graded:
         t0 = time.monotonic()
         row = Graded(sub.student, sub.notebook, str(sub.path), sub.exercise, "ok", [], [],
-                     flags=list(sub.flags), report=sub.report)
+                     flags=list(sub.flags), report=sub.report, seed=self.seed)
         if sub.problem:
             row.status, row.reasons = sub.problem.split(":", 1)[0], [sub.problem, *sub.notes]
         else:
@@ -93,6 +102,7 @@ class Grader:
     def _grade(self, sub: Submission, row: Graded, t0: float) -> None:
         ex = self.exercises[sub.exercise]
         plan = make_plan(ex, sub.nb)
+        row.flags += scan((s.grade_id, s.source) for s in plan.steps if s.kind == "solution")
         if sub.matched_by == "file name":
             plan.notes.append("matched to its exercise by file name (no metadata.posenc_lesson.exercise)")
         results, problems = self._execute(ex, plan, t0)
@@ -172,6 +182,13 @@ class Grader:
                 problems.append(f"{task_id}: {res.feedback}")
         return results, problems
 
+    def hidden(self, task_id: str) -> list:
+        """The task's hidden cases for this run's seed (drawn once, shared by every submission)."""
+        with self._hidden_lock:
+            if task_id not in self._hidden:
+                self._hidden[task_id] = self.checks.hidden_cases(task_id, self.seed)
+            return self._hidden[task_id]
+
     @staticmethod
     def _cell_name(step: Step) -> str:
         if step.kind == "solution":
@@ -194,11 +211,17 @@ class Grader:
               cell_notes: dict[int, str], deadline: float) -> tuple[TaskResult, bool]:
         """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
         task = self.checks.TASKS[task_id]
+        cases = self.hidden(task_id)
         inside, path = kernel.path(f"outputs-{task_id}.pt")
+        job_inside, job_path = kernel.path(f"job-{task_id}.pt")
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
+        try:  # the inputs, as data, just before the run
+            write_job(job_path, self.checks.job(task_id, cases))
+        except OSError as exc:
+            return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})"), False
         code = (f"import posenc_lesson.grading.in_kernel as _g; "
-                f"_g.harvest({task_id!r}, {task.entry!r}, {inside!r}); del _g")
+                f"_g.harvest({job_inside!r}, {inside!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own_cell = next((note for i, note in cell_notes.items() if plan.steps[i].grade_id == task_id), "")
         if reply.status == "died":
@@ -226,7 +249,7 @@ class Grader:
                 why = f"your notebook does not define {task.entry!r}: the solution cell must define it"
             return self._zero(task_id, why), False
         try:
-            points, max_points, feedback = self.checks.score(task_id, saved["outputs"])
+            points, max_points, feedback = self.checks.score(task_id, saved["outputs"], cases)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: could not score its outputs "
                                        f"({short(exc)})"), False
@@ -234,6 +257,20 @@ class Grader:
         if own_cell:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
         return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback), False
+
+
+def write_job(path: Path, job: dict) -> None:
+    """Write a task's job file into the kernel's folder: a new file, never through a link the
+    kernel may have left at that name (O_EXCL | O_NOFOLLOW after removing whatever is there)."""
+    import torch
+
+    data = io.BytesIO()
+    torch.save(job, data)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.getvalue())
 
 
 # --------------------------------------------------------------------------------------

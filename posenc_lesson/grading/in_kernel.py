@@ -1,71 +1,204 @@
-"""The grader's side of a submission's kernel: take each task's answers out as plain data.
+r"""The kernel side of grading: run a learner's answer on inputs, watched, and hand back plain data.
 
-`posenc-grade` (``posenc_lesson.grading.grader``) runs a learner's solution cells in a fresh
-Jupyter kernel. When they have run, it calls ``harvest`` here, inside that kernel, once per task:
+In a notebook, ``check()`` (``tasks.outputs_of``) calls :func:`run_cases` on a task's visible
+cases. Under ``posenc-grade`` the same code runs in each submission's kernel: ``install()`` before
+any learner code, then, once per task, ``harvest(job, out)``. ``job`` is a file the grader wrote
+just before (read with ``torch.load(weights_only=True)``, so it is data only):
 
-    outputs = posenc_lesson.grading.outputs_of(task_id, <the learner's entry>)
-    torch.save(plain(outputs), <a file the grader chose>)
+    {"entry": "apply_rope_half", "run": "call", "watch": {...}, "cases": [(x, positions), ...]}
 
-and then loads the file in its own process and scores it there with ``grading.score``. Nothing
-is compared in the kernel, so a learner who patches ``torch.allclose`` or redefines ``check``
-changes nothing. ``install`` runs before any learner code and keeps its own references to
-``outputs_of`` and ``torch.save``, so later rebinding of those names does not reach us either.
+with the task's *hidden* cases; ``out`` gets ``{"outputs": [...]}`` (or ``{"missing": entry}``),
+one plain value per case, which the grader scores in its own process. Of the grading package a
+grading kernel imports this module, ``watch``, ``given`` (the functions a task hands to the
+learner's code as inputs) and the package's ``__init__`` (whose names load lazily), nothing
+else: no task, no reference, no judge, nothing that knows a right answer (posenc-grade hides
+those files from sandboxed kernels: ``tasks.grader_only_paths``).
 
-Only plain data leaves the kernel: plain tensors (a Tensor subclass is stripped to a Tensor),
-numbers, strings, None, and lists, tuples and dicts of them. Anything else becomes an
-``{"error": ...}`` marker, the same marker ``outputs_of`` uses for an exception, and the grader
-reads the file with ``torch.load(weights_only=True)``, which builds nothing but such data.
+Run kinds (``RUNS``): "call" fn(*case); "scalar" the same, a one-element tensor made 0-d;
+"one_thread" fn(*case) on one CPU thread (the lab's tiny models); "module_table" build
+cls(max_len, d_model) seeded, report its ``table``, load a known table, call it on x.
+
+The watch (``watch.Watch``) records, per case, every call the task does not allow: the
+library's own functions however they were reached, torch's attention shortcuts, threads,
+processes, the profiler; a recorded call turns that case's output into ``{"forbidden": name}``.
 """
 
 from __future__ import annotations
 
-import importlib
+import sys
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
-_PLAIN_SCALARS = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.Size)
-_MAX_DEPTH = 12
-_state: dict[str, Any] = {}
+from . import given, watch
+from .watch import LIBRARY, TORCH_FAMILIES, Watch, torch_family  # noqa: F401  (the grader's names)
+
+_MAX_MESSAGE = 300  # characters of an exception message or a string output kept
+_MAX_DEPTH = 6
+_state: dict[str, Any] = {}  # references taken before any learner code ran (install)
 
 
-def install(checks_module: str = "posenc_lesson.grading") -> None:
-    """Keep references to the trusted ``outputs_of`` and ``torch.save`` (before learner code runs)."""
-    checks = importlib.import_module(checks_module)
-    _state["outputs_of"] = checks.outputs_of
-    _state["save"] = torch.save
-    _state["tensor_type"] = torch.Tensor
+# --------------------------------------------------------------------------------------
+# Outputs as plain data
+# --------------------------------------------------------------------------------------
+
+def error_marker(exc: BaseException) -> dict:
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    return {"error": f"{type(exc).__name__}: {message[:_MAX_MESSAGE]}".rstrip(": ")}
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """A copy of ``value`` made only of plain tensors, scalars, lists, tuples and dicts."""
-    tensor_type = _state.get("tensor_type", torch.Tensor)
+def plain(obj: Any, depth: int = 0) -> Any:
+    """A copy of an output made of plain tensors (no subclass, detached, CPU), numbers, strings,
+    None, lists and dicts; anything else becomes {"type": its class name}."""
     if depth > _MAX_DEPTH:
-        return {"error": "ValueError: the answer is nested too deeply to grade"}
-    if type(value) in _PLAIN_SCALARS:
-        return value
-    if isinstance(value, tensor_type):
+        return {"type": "too deeply nested"}
+    if isinstance(obj, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
-            return value.detach().cpu().clone().as_subclass(tensor_type)
+            return obj.detach().cpu().clone().as_subclass(torch.Tensor)
+    if isinstance(obj, np.ndarray):
+        try:
+            return torch.from_numpy(np.array(obj, copy=True))
+        except TypeError:
+            return {"type": f"numpy array of dtype {obj.dtype}"}
+    if isinstance(obj, bool | np.bool_):
+        return bool(obj)
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return float(obj)
+    if obj is None or isinstance(obj, str):
+        return obj if obj is None else str.__str__(obj)[:_MAX_MESSAGE]
+    if isinstance(obj, list | tuple):
+        return [plain(o, depth + 1) for o in list(obj)[:10_000]]
+    if isinstance(obj, dict):
+        return {str(k)[:_MAX_MESSAGE]: plain(v, depth + 1) for k, v in list(obj.items())[:100]}
+    return {"type": type(obj).__name__[:_MAX_MESSAGE]}
+
+
+# --------------------------------------------------------------------------------------
+# Run kinds: how a task calls the learner's entry on one case
+# --------------------------------------------------------------------------------------
+
+def _call(fn: Callable, case: tuple) -> Any:
+    return fn(*case)
+
+
+def _scalar(fn: Callable, case: tuple) -> Any:
+    out = fn(*case)
+    return out.reshape(()) if isinstance(out, torch.Tensor) and out.numel() == 1 else out
+
+
+def _one_thread(fn: Callable, case: tuple) -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: two threads only wait on each other
+    try:
+        return fn(*case)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _module_table(cls: Callable, case: tuple) -> dict:
+    """Build cls(max_len, d_model) (seeded), describe its ``table``, load a known table, call it on x."""
+    max_len, d_model, x, table = case
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        module = cls(max_len, d_model)
+    found = getattr(module, "table", None)
+    info: dict[str, Any] = {"is_module": isinstance(module, torch.nn.Module),
+                            "is_parameter": isinstance(found, torch.nn.Parameter),
+                            "table_shape": list(found.shape) if isinstance(found, torch.Tensor) else None}
+    if isinstance(found, torch.Tensor) and tuple(found.shape) == (max_len, d_model):
+        with torch.no_grad():
+            found.copy_(table)
+    try:
+        info["out"] = module(x)
+    except Exception as exc:  # judged: T > max_len must raise ValueError
+        info.update(error_marker(exc))
+    return info
+
+
+RUNS: dict[str, Callable[[Callable, tuple], Any]] = {
+    "call": _call, "scalar": _scalar, "one_thread": _one_thread, "module_table": _module_table}
+
+
+_active: list[bool] = []
+
+
+def run_cases(run: str, fn: Any, cases: list, watch: dict) -> list:
+    """The learner's ``fn`` on every case, as plain data, one per case; an exception becomes
+    {"error": "Type: message"}, a recorded call {"forbidden": name}. ``run``: a kind of ``RUNS``."""
+    if _active:
+        raise RuntimeError("the grader's runner is already running")
+    runner = RUNS[run]
+    w = Watch(watch)
+    outputs = []
+    _active.append(True)
+    try:
+        for case in cases:
+            del w.called[:]
+            with w.watching() as called:
+                try:
+                    out = plain(runner(fn, case))
+                except Exception as exc:  # the learner's code may raise anything
+                    out = error_marker(exc)
+            outputs.append({"forbidden": called[0]} if called else out)
+    finally:
+        _active.clear()
+    return outputs
+
+
+# --------------------------------------------------------------------------------------
+# In a grading kernel
+# --------------------------------------------------------------------------------------
+
+def encode(value: Any) -> Any:
+    """Cases as data for a job file: a function from ``given`` becomes {"given": its name}."""
+    if callable(value) and given.CATALOGUE.get(getattr(value, "__name__", "")) is value:
+        return {"given": value.__name__}
     if isinstance(value, list | tuple):
-        items = [plain(v, depth + 1) for v in value]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
-    for kind in (bool, int, float, str):  # subclasses of the scalars, e.g. numpy.float64
-        if isinstance(value, kind):
-            return kind(value)
-    return {"error": f"TypeError: the answer gave a {type(value).__module__}.{type(value).__qualname__}, "
-                     "which is not a tensor, a number or a string"}
+        return type(value)(encode(v) for v in value)
+    return value
 
 
-def harvest(task_id: str, entry: str, path: str) -> None:
-    """Run the trusted ``outputs_of`` on the learner's ``entry`` and save the result to ``path``."""
+def decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"given"}:
+        return _state["given"][value["given"]]
+    if isinstance(value, list | tuple):
+        return type(value)(decode(v) for v in value)
+    return value
+
+
+def _check_stand_in(task_id: Any = None, fn: Any = None) -> None:
+    print("check() is skipped while posenc-grade grades this notebook: the grader tests your code "
+          "on inputs of its own.")
+
+
+def _assert_stand_in(task_id: Any = None, fn: Any = None) -> None:
+    return None
+
+
+def install(checks_module: str | None = None) -> None:
+    """Before any learner code: take our own references; put stand-ins for ``check`` and
+    ``assert_passes`` in ``posenc_lesson.grading`` (the tasks and judges are never imported
+    here). ``checks_module`` is accepted for older graders and not used."""
     from IPython import get_ipython
 
-    namespace = get_ipython().user_ns
+    watch.install()
+    _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given.CATALOGUE))
+    grading = sys.modules[__package__]
+    grading.check, grading.assert_passes = _check_stand_in, _assert_stand_in
+    grading._GRADING = True
+
+
+def harvest(job: str, out: str) -> None:
+    """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``."""
+    spec = _state["load"](job, map_location="cpu", weights_only=True)
+    namespace = _state["shell"].user_ns
+    entry = spec["entry"]
     if entry not in namespace:
         result: dict[str, Any] = {"missing": entry}
     else:
-        result = {"outputs": plain(_state["outputs_of"](task_id, namespace[entry]))}
-    _state["save"](result, path)
+        result = {"outputs": run_cases(spec["run"], namespace[entry], decode(spec["cases"]), spec["watch"])}
+    _state["save"](result, out)

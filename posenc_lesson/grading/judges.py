@@ -153,8 +153,9 @@ def tensor_judge(reference: Callable[..., Tensor], mistakes: list[Mistake], name
     return judge
 
 
-def call(fn: Callable, case: tuple) -> Any:
-    return fn(*case)
+# How the kernel calls a learner's entry on one case (in_kernel.RUNS): the run kinds by name.
+call = "call"  # fn(*case)
+SCALAR, ONE_THREAD, MODULE_TABLE = "scalar", "one_thread", "module_table"
 
 
 def seeded(seed: int) -> torch.Generator:
@@ -163,6 +164,17 @@ def seeded(seed: int) -> torch.Generator:
 
 def randn(g: torch.Generator, *shape: int) -> Tensor:
     return torch.randn(*shape, generator=g)
+
+
+def draw(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high (both included), for hidden cases' shapes."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def pick(g: torch.Generator, options: Any) -> Any:
+    """One of ``options``, at random."""
+    options = list(options)
+    return options[draw(g, 0, len(options) - 1)]
 
 
 # --------------------------------------------------------------------------------------
@@ -228,6 +240,8 @@ def not_a_rotation(m: Tensor, case: tuple) -> str | None:
 # Mistakes shared by several lessons' tasks: attention (01, 07), the sinusoidal table (02, 04, 08)
 # --------------------------------------------------------------------------------------
 
+# The library's attention, and every torch variant (F., torch._C._nn., torch.ops.aten., the fused
+# kernels, nn.MultiheadAttention's): in_kernel.TORCH_FAMILIES["attention"].
 ATTENTION_FORBIDDEN = ("posenc_lesson.scaled_dot_product_attention",
                        "torch.nn.functional.scaled_dot_product_attention")
 

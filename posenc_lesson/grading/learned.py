@@ -1,21 +1,23 @@
 """Lesson 04's tasks (exercises/04_learned_vs_sinusoidal.ipynb): a learned position table as
-an nn.Module, and a sinusoidal table ported from tensor2tensor's concatenated layout."""
+an nn.Module, and a sinusoidal table ported from tensor2tensor's concatenated layout.
+
+Hidden cases (``Task.hidden``, any seed but 0): fresh sizes and values; the learned table gets
+three sequences that fit and one longer than max_len (which must raise a ValueError).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .judges import (
+    MODULE_TABLE,
     SINUSOIDAL_FORBIDDEN,
     TABLE_MISTAKES,
     Mistake,
     as_float_tensor,
     call,
     close,
+    draw,
     feedback,
     interleaved_to_concat,
     pe_table,
@@ -24,34 +26,24 @@ from .judges import (
     swap_pairs,
     tensor_judge,
 )
-from .tasks import NOT_IMPLEMENTED, Task, error_marker, is_marker, not_implemented, register
+from .tasks import NOT_IMPLEMENTED, Task, is_marker, not_implemented, register
 
 
-def _learned_cases() -> list[tuple]:
-    g = seeded(104)
-    return [(8, 4, randn(g, 2, 5, 4), randn(g, 8, 4)),
-            (6, 3, randn(g, 1, 6, 3), randn(g, 6, 3)),
-            (4, 2, randn(g, 2, 7, 2), randn(g, 4, 2))]
-
-
-def _run_learned(cls: Callable, case: tuple) -> dict:
-    """Build the module (seeded), check its table, load a known table, call it on x."""
-    max_len, d_model, x, table = case
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        module = cls(max_len, d_model)
-    found = getattr(module, "table", None)
-    info: dict[str, Any] = {"is_module": isinstance(module, nn.Module),
-                            "is_parameter": isinstance(found, nn.Parameter),
-                            "table_shape": list(found.shape) if isinstance(found, Tensor) else None}
-    if isinstance(found, Tensor) and tuple(found.shape) == (max_len, d_model):
-        with torch.no_grad():
-            found.copy_(table)
-    try:
-        info["out"] = module(x)
-    except Exception as exc:  # judged: T > max_len must raise ValueError
-        info.update(error_marker(exc))
-    return info
+def _learned_cases(seed: int = 0) -> list[tuple]:
+    """(max_len, d_model, x (B, T, d_model), table (max_len, d_model)); the kernel builds the
+    module, loads ``table`` into it and calls it on x (in_kernel's "module_table" run)."""
+    if seed == 0:
+        g = seeded(104)
+        return [(8, 4, randn(g, 2, 5, 4), randn(g, 8, 4)),
+                (6, 3, randn(g, 1, 6, 3), randn(g, 6, 3)),
+                (4, 2, randn(g, 2, 7, 2), randn(g, 4, 2))]
+    g = seeded(seed)
+    cases = []
+    for too_long in (False, False, False, True):
+        max_len, d_model = draw(g, 2, 12), draw(g, 1, 8)
+        t = draw(g, max_len + 1, max_len + 6) if too_long else draw(g, 1, max_len)
+        cases.append((max_len, d_model, randn(g, draw(g, 1, 3), t, d_model), randn(g, max_len, d_model)))
+    return cases
 
 
 _LEARNED_HINT = ("store the table as self.table = nn.Parameter(...) of shape (max_len, d_model); "
@@ -126,9 +118,19 @@ register(Task(
     entry="LearnedPositions",
     forbidden=("posenc_lesson.LearnedPositionalEmbedding",),
     cases=_learned_cases,
-    run=_run_learned,
+    run=MODULE_TABLE,
     judge=_judge_learned,
+    hidden=_learned_cases,
 ))
+
+
+def _concat_cases(seed: int = 0) -> list[tuple]:
+    """(x (B, T, D),) with D even."""
+    if seed == 0:
+        return [(randn(seeded(105), 2, 5, 8),), (randn(seeded(106), 1, 12, 16),),
+                (randn(seeded(107), 3, 4, 6),)]
+    g = seeded(seed)
+    return [(randn(g, draw(g, 1, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)),) for _ in range(3)]
 
 
 def _add_table(x: Tensor) -> Tensor:
@@ -141,8 +143,7 @@ register(Task(
     points=2,
     entry="add_sinusoidal",
     forbidden=SINUSOIDAL_FORBIDDEN,
-    cases=lambda: [(randn(seeded(105), 2, 5, 8),), (randn(seeded(106), 1, 12, 16),),
-                   (randn(seeded(107), 3, 4, 6),)],
+    cases=_concat_cases,
     run=call,
     judge=tensor_judge(_add_table, [
         Mistake(lambda x: x + interleaved_to_concat(pe_table(x.shape[1], x.shape[2])),
@@ -154,4 +155,5 @@ register(Task(
         Mistake(lambda x: pe_table(x.shape[1], x.shape[2]).expand_as(x),
                 "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D)."),
     ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
+    hidden=_concat_cases,
 ))

@@ -1,5 +1,11 @@
 """Lesson 01's tasks (exercises/01_permutation_equivariance.ipynb): attention by hand, the
-softmax-axis bug, and the permutation check that shows attention needs positions."""
+softmax-axis bug, and the permutation check that shows attention needs positions.
+
+Every case list comes from a ``_*_cases(seed)`` function: seed 0 gives the visible cases, any
+other seed fresh inputs of the same kind (``Task.hidden``). The permutation check's functions
+are inputs, from ``given``: its hidden cases draw five of nine, with a new random permutation
+(never its own inverse) and new random tokens each.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import attention as _attention
+from . import given
 from .judges import (
     ATOL,
     ATTENTION_FORBIDDEN,
@@ -16,8 +23,8 @@ from .judges import (
     attention_mistakes,
     call,
     describe,
+    draw,
     feedback,
-    pe_table,
     randn,
     sdpa,
     seeded,
@@ -27,13 +34,22 @@ from .judges import (
 from .tasks import Task, is_marker, register
 
 
-def _attention_cases() -> list[tuple]:
-    g = seeded(101)
-    return [
-        (randn(g, 5, 4), randn(g, 5, 4), randn(g, 5, 3)),
-        (randn(g, 2, 6, 8), randn(g, 2, 7, 8), randn(g, 2, 7, 5)),
-        (randn(g, 2, 3, 4, 8), randn(g, 2, 3, 4, 8), randn(g, 2, 3, 4, 8)),
-    ]
+def _attention_cases(seed: int = 0) -> list[tuple]:
+    """(q, k, v): q (..., Tq, Dh), k (..., Tk, Dh), v (..., Tk, Dv), with 0, 1 and 2 leading axes."""
+    if seed == 0:
+        g = seeded(101)
+        return [
+            (randn(g, 5, 4), randn(g, 5, 4), randn(g, 5, 3)),
+            (randn(g, 2, 6, 8), randn(g, 2, 7, 8), randn(g, 2, 7, 5)),
+            (randn(g, 2, 3, 4, 8), randn(g, 2, 3, 4, 8), randn(g, 2, 3, 4, 8)),
+        ]
+    g = seeded(seed)
+    cases = []
+    for lead in range(3):
+        batch = [draw(g, 1, 3) for _ in range(lead)]
+        tq, tk, dh, dv = draw(g, 1, 9), draw(g, 2, 9), draw(g, 2, 12), draw(g, 1, 8)
+        cases.append((randn(g, *batch, tq, dh), randn(g, *batch, tk, dh), randn(g, *batch, tk, dv)))
+    return cases
 
 
 register(Task(
@@ -46,6 +62,7 @@ register(Task(
     run=call,
     judge=tensor_judge(lambda q, k, v: sdpa(q, k, v), attention_mistakes(True), ("q", "k", "v"),
                        "out = softmax(q k^T / sqrt(Dh)) v, softmax over the keys (last axis)."),
+    hidden=_attention_cases,
 ))
 
 register(Task(
@@ -56,6 +73,7 @@ register(Task(
     forbidden=ATTENTION_FORBIDDEN,
     cases=lambda: [(q, k) for q, k, _ in _attention_cases()],
     run=call,
+    hidden=lambda seed: [(q, k) for q, k, _ in _attention_cases(seed)],
     judge=tensor_judge(lambda q, k: _attention.scaled_dot_product_attention(q, k, k)[1],
                        attention_mistakes(False), ("q", "k"),
                        "weights = softmax(q k^T / sqrt(Dh)), each row summing to 1 over the keys.",
@@ -65,39 +83,26 @@ register(Task(
 
 # ---- the permutation check ------------------------------------------------------------
 
-def self_attention(x: Tensor) -> Tensor:
-    """Plain self-attention, q = k = v = x."""
-    return sdpa(x, x, x)
-
-
-def causal_self_attention(x: Tensor) -> Tensor:
-    """Self-attention where token t sees tokens 0..t only."""
-    return sdpa(x, x, x, causal=True)
-
-
-def attention_with_positions(x: Tensor) -> Tensor:
-    """Self-attention after adding the sinusoidal encoding."""
-    x = x + pe_table(x.shape[-2], x.shape[-1])
-    return sdpa(x, x, x)
-
-
-def running_mean(x: Tensor) -> Tensor:
-    """Mean of tokens 0..t at every t."""
-    return x.cumsum(-2) / torch.arange(1, x.shape[-2] + 1, dtype=x.dtype)[:, None]
-
-
-def rms_norm(x: Tensor) -> Tensor:
-    """Each token divided by its root-mean-square, token by token."""
-    return x / x.pow(2).mean(-1, keepdim=True).sqrt()
-
-
 _PERM = torch.tensor([2, 0, 5, 1, 3, 4])  # not its own inverse, so the direction matters
 
 
-def _permutation_cases() -> list[tuple]:
-    g = seeded(102)
-    fns = (self_attention, causal_self_attention, attention_with_positions, running_mean, rms_norm)
-    return [(f, randn(g, 6, 4), _PERM.clone()) for f in fns]
+def _permutation_cases(seed: int = 0) -> list[tuple]:
+    """(f, x (T, D), perm (T,)): the five functions of the statement (seed 0), or five of
+    ``given.CATALOGUE`` with fresh tokens and a fresh permutation that is not its own inverse."""
+    if seed == 0:
+        g = seeded(102)
+        return [(f, randn(g, 6, 4), _PERM.clone()) for f in given.VISIBLE]
+    g = seeded(seed)
+    names = sorted(given.CATALOGUE)
+    chosen = torch.randperm(len(names), generator=g)[:5].tolist()
+    cases = []
+    for n in chosen:
+        t, d = draw(g, 4, 9), 2 * draw(g, 1, 4)
+        perm = torch.randperm(t, generator=g)
+        while bool((perm[perm] == torch.arange(t)).all()):
+            perm = torch.randperm(t, generator=g)
+        cases.append((given.CATALOGUE[names[n]], randn(g, t, d), perm))
+    return cases
 
 
 def _equivariant(f: Callable, x: Tensor, perm: Tensor) -> bool:
@@ -156,8 +161,9 @@ register(Task(
     title="The permutation check",
     points=2,
     entry="is_permutation_equivariant",
-    forbidden=(),
+    forbidden=("posenc_lesson.grading.permutation._equivariant",),
     cases=_permutation_cases,
     run=call,
     judge=_judge_permutation,
+    hidden=_permutation_cases,
 ))

@@ -45,6 +45,7 @@ class Graded:
     tasks: list[TaskResult]
     seconds: float = 0.0
     flags: list[dict] = field(default_factory=list)  # notes for the instructor; never change a score
+    seed: int | None = None  # the hidden inputs' seed (posenc-grade --seed reproduces the grade)
     report: str = ""  # the JSON report's path under --out (submissions.label_rows makes it unique)
 
     @property
@@ -63,7 +64,7 @@ class Graded:
             "score": self.score, "max_score": self.max_score,
             "tasks": [{"id": t.id, "name": t.name, "score": t.score, "max_score": t.max_score,
                        "feedback": t.feedback} for t in self.tasks],
-            "seconds": round(self.seconds, 2),
+            "seconds": round(self.seconds, 2), "seed": self.seed,
             "flags": [dict(f) for f in self.flags],
         })
 

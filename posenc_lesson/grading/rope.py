@@ -1,5 +1,11 @@
 """Lesson 06's tasks (exercises/06_rope.ipynb): RoPE in both channel layouts, the rotation
-matrix R_m, converting a projection between layouts, and the rotate_half pairing bug."""
+matrix R_m, converting a projection between layouts, and the rotate_half pairing bug.
+
+Hidden cases (``Task.hidden``, any seed but 0): fresh shapes (0 to 2 leading axes, T 1 .. 10,
+an even Dh 2 .. 32) and values; positions are a run starting anywhere in 0 .. 50, or random
+integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 80; weights of
+1 .. 4 heads, as a matrix or a bias vector. ``rope_frequencies`` is allowed (the statement says so).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from .. import rope as _rope
 from .judges import (
     Mistake,
     call,
+    draw,
     half_block,
     not_a_rotation,
     randn,
@@ -44,11 +51,24 @@ _ROPE_FORBIDDEN = ("posenc_lesson.apply_rope", "posenc_lesson.rope_rotation_matr
                    "posenc_lesson.sinusoidal_offset_matrix")
 
 
-def _rope_cases() -> list[tuple]:
-    g = seeded(108)
-    return [(randn(g, 5, 8), torch.arange(5)),
-            (randn(g, 2, 3, 6, 4), torch.arange(6)),
-            (randn(g, 2, 4, 16), torch.arange(10, 14))]
+_ROPE_ALLOWED = ("posenc_lesson.rope_frequencies",)
+
+
+def _rope_cases(seed: int = 0) -> list[tuple]:
+    """(x (..., T, Dh), positions (T,))."""
+    if seed == 0:
+        g = seeded(108)
+        return [(randn(g, 5, 8), torch.arange(5)),
+                (randn(g, 2, 3, 6, 4), torch.arange(6)),
+                (randn(g, 2, 4, 16), torch.arange(10, 14))]
+    g = seeded(seed)
+    cases = []
+    for lead in (0, 2, 1):
+        t, dh = draw(g, 1, 10), 2 * draw(g, 1, 16)
+        x = randn(g, *[draw(g, 1, 3) for _ in range(lead)], t, dh)
+        run = torch.arange(t) + draw(g, 0, 50)
+        cases.append((x, run if lead != 1 else torch.randint(0, 100, (t,), generator=g)))
+    return cases
 
 
 def _rope_mistakes(layout: str) -> list[Mistake]:
@@ -105,6 +125,8 @@ for _layout, _points in (("interleaved", 3), ("half", 3)):
                            ("x", "positions"),
                            "rotate pair i of token t by the angle positions[t] * theta_i, "
                            "theta_i = 10000^(-2i/Dh)."),
+        hidden=_rope_cases,
+        allowed=_ROPE_ALLOWED,
     ))
 
 
@@ -120,6 +142,8 @@ register(Task(
     forbidden=_ROPE_FORBIDDEN,
     cases=lambda: [(1, 4), (3, 8), (-2, 8), (10, 6)],
     run=call,
+    hidden=lambda seed: [(draw(g, -40, 80), 2 * draw(g, 1, 12)) for g in [seeded(seed)] for _ in range(4)],
+    allowed=_ROPE_ALLOWED,
     judge=tensor_judge(_rope_matrix, [
         Mistake(lambda m, dh: _rope_matrix(-m, dh),
                 "the sign is flipped: your matrix is R_m transposed, a rotation by -m theta_i.",
@@ -145,9 +169,17 @@ def _convert(w: Tensor, h: int) -> Tensor:
     return _rope.convert_rope_weight(w, h)
 
 
-def _convert_cases() -> list[tuple]:
-    g = seeded(109)
-    return [(randn(g, 8, 3), 1), (randn(g, 16, 5), 2), (randn(g, 24), 3)]
+def _convert_cases(seed: int = 0) -> list[tuple]:
+    """(weight (H * Dh, D_in) or bias (H * Dh,), H)."""
+    if seed == 0:
+        g = seeded(109)
+        return [(randn(g, 8, 3), 1), (randn(g, 16, 5), 2), (randn(g, 24), 3)]
+    g = seeded(seed)
+    cases = []
+    for shape in ("matrix", "matrix", "bias"):
+        h, dh = draw(g, 1, 4), 2 * draw(g, 2, 6)
+        cases.append((randn(g, h * dh, *([draw(g, 1, 6)] if shape == "matrix" else [])), h))
+    return cases
 
 
 register(Task(
@@ -158,6 +190,8 @@ register(Task(
     forbidden=("posenc_lesson.convert_rope_weight", "posenc_lesson.rope_layout_permutation"),
     cases=_convert_cases,
     run=call,
+    hidden=_convert_cases,
+    allowed=_ROPE_ALLOWED,
     judge=tensor_judge(_convert, [
         Mistake(lambda w, h: _rope.convert_rope_weight(w, h, src="half", dst="interleaved"),
                 "you converted the other way, from the half layout to the interleaved one "
@@ -188,4 +222,6 @@ register(Task(
                        ("x", "positions"),
                        "with rotate_half, channel j and channel j + Dh/2 form one pair and must "
                        "share the angle of that pair.", partial=False),
+    hidden=_rope_cases,
+    allowed=_ROPE_ALLOWED,
 ))

@@ -1,5 +1,10 @@
 """Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix M_k with
-PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and the rotation-sign bug."""
+PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and the rotation-sign bug.
+
+Hidden cases (``Task.hidden``, any seed but 0): offsets k in -60 .. 120 (0 among them now and
+then), even widths 4 .. 64; for the shift, rows of the table from a random start and rows of
+random numbers (it is a linear map, so it must work for any rows).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,11 @@ from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
 from .judges import (
+    SCALAR,
+    SINUSOIDAL_FORBIDDEN,
     Mistake,
     call,
+    draw,
     half_block,
     not_a_rotation,
     pe_table,
@@ -21,6 +29,22 @@ from .tasks import Task, register
 
 _OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
                      "posenc_lesson.apply_rope")
+
+
+def _hidden_offsets(seed: int) -> list[tuple]:
+    """(k, d_model): five fresh pairs, k in -60 .. 120, d_model even, 4 .. 64."""
+    g = seeded(seed)
+    return [(draw(g, -60, 120), 2 * draw(g, 2, 32)) for _ in range(5)]
+
+
+def _hidden_shifts(seed: int) -> list[tuple]:
+    """(pe (T, d_model), k): rows of the table from a random start, then two of random rows."""
+    g = seeded(seed)
+    t, d = draw(g, 2, 24), 2 * draw(g, 2, 16)
+    cases = [(pe_table(t, d, start=draw(g, 0, 40)), draw(g, -30, 30))]
+    for _ in range(2):
+        cases.append((randn(g, draw(g, 1, 12), 2 * draw(g, 2, 16)), draw(g, -30, 30)))
+    return cases
 
 
 def _offset(k: int, d: int, base: float = 10_000.0) -> Tensor:
@@ -54,6 +78,7 @@ register(Task(
                 "the angle of pair i is k * omega_i."),
     ], ("k", "d_model"), "M_k is block-diagonal; block i acts on channels (2i, 2i+1) and turns the angle "
                          "by k * omega_i.", symptom=not_a_rotation),
+    hidden=_hidden_offsets,
 ))
 
 
@@ -67,10 +92,9 @@ register(Task(
     title="The dot product PE[pos] . PE[pos + k]",
     points=2,
     entry="pe_dot",
-    forbidden=(),
+    forbidden=(*SINUSOIDAL_FORBIDDEN, "posenc_lesson.sinusoidal_offset_matrix"),
     cases=lambda: [(0, 8), (1, 8), (7, 16), (-7, 16), (30, 64)],
-    run=lambda fn, case: (lambda out: out.reshape(()) if isinstance(out, Tensor) and out.numel() == 1
-                          else out)(fn(*case)),
+    run=SCALAR,
     judge=tensor_judge(_pe_dot, [
         Mistake(lambda k, d: _pe_dot(k, d, base=100.0),
                 "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
@@ -85,6 +109,7 @@ register(Task(
                 "you returned one term per pair, not their sum.",
                 "return a single number: the sum over i."),
     ], ("k", "d_model"), "pair i contributes sin(a)sin(b) + cos(a)cos(b) with a - b = -k * omega_i."),
+    hidden=_hidden_offsets,
 ))
 
 register(Task(
@@ -103,4 +128,5 @@ register(Task(
                 _OFFSET_SIGN_HINT),
     ], ("pe", "k"), "row r of the answer is M_k @ pe[r]: each (sin, cos) pair turned by k * omega_i.",
         partial=False),
+    hidden=_hidden_shifts,
 ))

@@ -1,5 +1,9 @@
 """Lesson 02's tasks (exercises/02_sinusoidal_encoding.ipynb): the sinusoidal table, its
-wavelengths, and the factor-of-2 exponent bug."""
+wavelengths, and the factor-of-2 exponent bug.
+
+Hidden cases (``Task.hidden``, any seed but 0): fresh sizes within the statement, max_len
+2 .. 64 and an even d_model 4 .. 128 (the table), an even d_model 4 .. 1024 (the wavelengths).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from .judges import (
     TABLE_MISTAKES,
     Mistake,
     call,
+    draw,
     pe_table,
+    seeded,
     tensor_judge,
 )
 from .tasks import Task, register
@@ -25,6 +31,19 @@ def _table_cases() -> list[tuple]:
     return [(10, 8), (50, 16), (7, 6)]
 
 
+def _hidden_tables(seed: int) -> list[tuple]:
+    """(max_len, d_model): four fresh sizes, max_len 2 .. 64, d_model even, 4 .. 128 (with one
+    pair, or one position, some wrong exponents give the right table)."""
+    g = seeded(seed)
+    return [(draw(g, 2, 64), 2 * draw(g, 2, 64)) for _ in range(4)]
+
+
+def _hidden_widths(seed: int) -> list[tuple]:
+    """(d_model,): four fresh even widths, 4 .. 1024."""
+    g = seeded(seed)
+    return [(2 * draw(g, 2, 512),) for _ in range(4)]
+
+
 register(Task(
     id="02_sinusoidal_table",
     title="The sinusoidal table",
@@ -34,6 +53,7 @@ register(Task(
     cases=_table_cases,
     run=call,
     judge=tensor_judge(pe_table, TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT),
+    hidden=_hidden_tables,
 ))
 
 
@@ -64,6 +84,7 @@ register(Task(
                 "the exponent is twice too large: 10000^(4i/d_model).",
                 "torch.arange(0, d_model, 2) already holds 2i."),
     ], ("d_model",), "lambda_i = 2 pi * 10000^(2i/d_model), one per channel pair, shape (d_model // 2,)."),
+    hidden=_hidden_widths,
 ))
 
 register(Task(
@@ -75,4 +96,5 @@ register(Task(
     cases=lambda: [(12, 8), (40, 32), (5, 4)],
     run=call,
     judge=tensor_judge(pe_table, TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT, partial=False),
+    hidden=_hidden_tables,
 ))

@@ -28,22 +28,22 @@ what the task asks for scores 0 for that task, with feedback saying why.
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import dataclasses
+import hashlib
 import importlib
+import inspect
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import torch
-from torch import Tensor
+from . import in_kernel
+from .in_kernel import error_marker  # noqa: F401  (topic files take it from here)
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
-TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "rope", "alibi", "extrapolation")
-
-_MAX_MESSAGE = 300  # characters of an exception message kept in the outputs
+TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "rope", "alibi", "extrapolation",
+          "context_extension")
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,19 @@ class Task:
         title: one line for tables and feedback.
         points: the most the task is worth.
         entry: the function or class name the solution cell defines.
-        forbidden: dotted names of library functions the answer may not call.
-        cases: deterministic inputs, a list of argument tuples (fresh tensors each call).
-        run: calls the learner's entry on one case and returns its output.
+        forbidden: dotted names the answer may not call (never empty): the library's own version
+            of the task, the grader's reference, torch shortcuts ("torch.nn.functional.
+            scaled_dot_product_attention" forbids every variant, see in_kernel.TORCH_FAMILIES).
+            Every other function of posenc_lesson is forbidden too, unless ``allowed`` names it.
+        cases: the visible inputs ``check()`` uses in the notebook, a list of argument tuples.
+        run: how the kernel calls the entry on one case: a kind of ``in_kernel.RUNS`` ("call",
+            "scalar", "one_thread", "module_table").
         judge: (outputs, cases) -> (fraction of the points in 0..1, feedback).
+        hidden: seed -> fresh inputs of the same kind (random shapes within the task's stated
+            constraints, random values), what posenc-grade grades on; seed 0 is never asked
+            for (by convention it gives the visible cases). None: graded on ``cases``.
+        allowed: library functions (or modules, or "posenc_lesson" for all of its public ones
+            outside grading) the answer may call; a name in ``forbidden`` wins.
     """
 
     id: str
@@ -67,8 +76,10 @@ class Task:
     entry: str
     forbidden: tuple[str, ...]
     cases: Callable[[], list[tuple]]
-    run: Callable[[Callable, tuple], Any]
+    run: str
     judge: Callable[[list, list], tuple[float, str]]
+    hidden: Callable[[int], list[tuple]] | None = None
+    allowed: tuple[str, ...] = ()
 
 
 TASKS: dict[str, Task] = {}
@@ -77,136 +88,98 @@ TASKS: dict[str, Task] = {}
 def register(task: Task) -> Task:
     if task.id in TASKS:
         raise ValueError(f"task id {task.id!r} is registered twice")
+    if callable(task.run):  # a topic file from before run kinds (TODO: gone once every file is converted)
+        task = dataclasses.replace(task, run={"_run_one_thread": "one_thread"}.get(task.run.__name__, ""))
+    if task.run not in in_kernel.RUNS:
+        raise ValueError(f"task {task.id!r}: run must be one of {sorted(in_kernel.RUNS)}; got {task.run!r}")
     TASKS[task.id] = task
     return task
 
 
 # --------------------------------------------------------------------------------------
-# Running the learner's code: outputs as plain data, library calls watched
+# Inputs: the visible cases, the hidden ones, and the job a grading kernel runs
 # --------------------------------------------------------------------------------------
 
-def _plain(obj: Any, depth: int = 0) -> Any:
-    """Copy an output into plain data: tensors (no subclasses, detached, CPU), numbers,
-    strings, lists and dicts. Anything else becomes a short description."""
-    if depth > 4:
-        return {"type": "too deeply nested"}
-    if isinstance(obj, Tensor):
-        return obj.detach().cpu().as_subclass(Tensor).clone()
-    if isinstance(obj, np.ndarray):
-        try:
-            return torch.from_numpy(np.array(obj, copy=True))
-        except TypeError:
-            return {"type": f"numpy array of dtype {obj.dtype}"}
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj)
-    if obj is None or isinstance(obj, str):
-        return obj if obj is None else str(obj)[:_MAX_MESSAGE]
-    if isinstance(obj, (list, tuple)):
-        return [_plain(o, depth + 1) for o in list(obj)[:10_000]]
-    if isinstance(obj, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in list(obj.items())[:100]}
-    return {"type": type(obj).__name__}
+def task_seed(seed: int, task_id: str) -> int:
+    """The seed a task's hidden cases are drawn with: one per (run seed, task), never 0."""
+    digest = hashlib.sha256(f"posenc-grade:{seed}:{task_id}".encode()).digest()
+    return int.from_bytes(digest[:7], "big") + 1
 
 
-def error_marker(exc: BaseException) -> dict:
-    message = str(exc).splitlines()[0] if str(exc) else ""
-    return {"error": f"{type(exc).__name__}: {message[:_MAX_MESSAGE]}".rstrip(": ")}
+def hidden_cases(task_id: str, seed: int) -> list[tuple]:
+    """The task's hidden cases for a grading run's seed (its visible cases if it has no generator)."""
+    task = _task(task_id)
+    return task.hidden(task_seed(seed, task_id)) if task.hidden is not None else task.cases()
 
 
-def _namespaces(fn: Any) -> list[dict]:
-    """The global namespaces the learner's code looks names up in."""
-    spaces = []
-    candidates = [fn]
-    if isinstance(fn, type):
-        candidates = [v for v in vars(fn).values() if callable(v)]
-    for c in candidates:
-        g = getattr(c, "__globals__", None)
-        if isinstance(g, dict) and all(g is not s for s in spaces):
-            spaces.append(g)
-    main = sys.modules.get("__main__")
-    if main is not None and all(vars(main) is not s for s in spaces):
-        spaces.append(vars(main))
-    return spaces
+def job(task_id: str, cases: list[tuple]) -> dict:
+    """What a grading kernel needs to run the task on ``cases``: data only (in_kernel.harvest)."""
+    task = _task(task_id)
+    return {"entry": task.entry, "run": task.run, "watch": watch_spec(task_id, cases),
+            "cases": in_kernel.encode(cases)}
 
 
-@contextlib.contextmanager
-def _watch(forbidden: tuple[str, ...], fn: Any) -> Iterator[list[str]]:
-    """While active, every call to a forbidden function is recorded in the yielded list.
-
-    Functions are replaced by recording wrappers in every posenc_lesson module, in the
-    module that defines them, and wherever the learner's globals name them; classes get
-    their ``__init__`` and ``forward`` wrapped (so subclasses are caught too). All is
-    restored on exit.
-    """
-    called: list[str] = []
-    patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
-
-    def setattr_saved(owner: Any, name: str, value: Any) -> None:
-        original = owner[name] if isinstance(owner, dict) else getattr(owner, name)
-        patches.append((owner, name, original))
-        if isinstance(owner, dict):
-            owner[name] = value
-        else:
-            setattr(owner, name, value)
-
-    def recorder(path: str, original: Callable) -> Callable:
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            called.append(path)
-            return original(*args, **kwargs)
-        return wrapper
-
+def _code_entry(name: str) -> tuple[str, str]:
+    """(file relative to posenc_lesson/ without .py, qualified name or "*") for a dotted name."""
     try:
-        for path in forbidden:
-            module_name, _, attr = path.rpartition(".")
-            original = getattr(importlib.import_module(module_name), attr)
-            if isinstance(original, type):
-                for method in ("__init__", "forward"):
-                    if method in vars(original):
-                        setattr_saved(original, method, recorder(path, vars(original)[method]))
-                continue
-            wrapper = recorder(path, original)
-            owners: list[Any] = [m for name, m in list(sys.modules.items())
-                                 if m is not None and (name == module_name or name == "posenc_lesson"
-                                                       or name.startswith("posenc_lesson."))]
-            for owner in owners:
-                for name, value in list(vars(owner).items()):
-                    if value is original:
-                        with contextlib.suppress(AttributeError, TypeError):
-                            setattr_saved(owner, name, wrapper)
-            for space in _namespaces(fn):
-                for name, value in list(space.items()):
-                    if value is original:
-                        setattr_saved(space, name, wrapper)
-        yield called
-    finally:
-        for owner, name, original in reversed(patches):
-            if isinstance(owner, dict):
-                owner[name] = original
-            else:
-                setattr(owner, name, original)
+        obj: Any = importlib.import_module(name)
+    except ImportError:
+        module_name, _, attr = name.rpartition(".")
+        obj = getattr(importlib.import_module(module_name), attr)
+    if inspect.ismodule(obj):
+        path = obj.__file__ or ""
+        where = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+        qual = "*"
+    else:
+        obj = inspect.unwrap(obj)
+        where, qual = sys.modules[obj.__module__].__file__ or "", obj.__qualname__
+    rel = os.path.relpath(os.path.realpath(where), os.path.realpath(in_kernel.LIBRARY))
+    if rel.startswith(".."):
+        raise ValueError(f"{name!r} is not a function of posenc_lesson")
+    rel = "" if rel == "." else os.path.splitext(rel)[0].replace(os.sep, "/")
+    return rel, qual
+
+
+def grader_only_paths() -> list[str]:
+    """What a grading kernel must not read: every topic file, the registry, the judges and the
+    flags (the references and the right answers live there), and grading's compiled copies."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = [*TOPICS, "tasks", "judges", "flags"]
+    return [os.path.join(here, f"{n}.py") for n in names] + [os.path.join(here, "__pycache__")]
+
+
+def watch_spec(task_id: str, cases: list[tuple] | None = None) -> dict:
+    """What the watch in the kernel records for this task (see in_kernel.Watch)."""
+    task = _task(task_id)
+    families, forbidden = set(), []
+    for name in task.forbidden:
+        if name.startswith("torch."):
+            family = in_kernel.torch_family(name)
+            if family is None:
+                raise ValueError(f"task {task_id!r}: no family of torch shortcuts holds {name!r}")
+            families.add(family)
+        else:
+            forbidden.append(_code_entry(name))
+    # A topic file not converted to hidden cases yet keeps its old contract: only what it names is
+    # forbidden (TODO: gone once every file has hidden cases and its allow-list).
+    names = task.allowed if task.hidden is not None else ("posenc_lesson",)
+    allowed = [_code_entry(name) for name in names]
+    given = {v["given"] for case in in_kernel.encode(list(cases or task.cases()))
+             for v in case if isinstance(v, dict) and "given" in v}
+    allowed += [("grading/given", name) for name in sorted(given)]
+    return {"allowed": [list(e) for e in allowed], "forbidden": [list(e) for e in forbidden],
+            "torch": sorted(families)}
 
 
 def outputs_of(task_id: str, fn: Any) -> list:
-    """Run the learner's ``fn`` on every case of the task; return plain data, one per case.
+    """Run the learner's ``fn`` on every visible case of the task; return plain data, one per case.
 
-    An exception becomes ``{"error": "Type: message"}``; a call to a forbidden library
-    function becomes ``{"forbidden": "posenc_lesson.name"}``.
+    An exception becomes ``{"error": "Type: message"}``; a call to a function the task does not
+    allow becomes ``{"forbidden": "posenc_lesson.name"}`` (``in_kernel.run_cases``).
     """
     task = _task(task_id)
-    outputs = []
-    for case in task.cases():
-        with _watch(task.forbidden, fn) as called:
-            try:
-                out = _plain(task.run(fn, case))
-            except Exception as exc:  # the learner's code may raise anything
-                out = error_marker(exc)
-        outputs.append({"forbidden": called[0]} if called else out)
-    return outputs
+    cases = task.cases()
+    return in_kernel.run_cases(task.run, fn, cases, watch_spec(task_id, cases))
 
 
 # --------------------------------------------------------------------------------------
@@ -231,20 +204,17 @@ NOT_IMPLEMENTED = ("not implemented yet: replace the raise line "
                    "(raise NotImplementedError(...)) with your code, then run this cell again.")
 
 
-def score(task_id: str, outputs: list) -> tuple[float, int, str]:
-    """(points awarded, max points, feedback) for a task's outputs. Runs no learner code."""
+def score(task_id: str, outputs: list, cases: list | None = None) -> tuple[float, int, str]:
+    """(points awarded, max points, feedback) for a task's outputs on ``cases`` (default: the
+    visible ones). Runs no learner code."""
     task = _task(task_id)
-    cases = task.cases()
+    cases = task.cases() if cases is None else cases
     if not isinstance(outputs, list) or len(outputs) != len(cases):
         got = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
         return 0.0, task.points, f"no answer to grade: expected {len(cases)} outputs, got {got}."
     for out in outputs:
         if is_marker(out, "forbidden"):
-            name = out["forbidden"]
-            what = task.title.split(" (")[0]
-            return 0.0, task.points, (
-                f"this task asks you to implement it yourself ({what}); your answer calls "
-                f"{name}. Write it with torch operations instead (the library is what we compare with).")
+            return 0.0, task.points, forbidden_feedback(task, out["forbidden"])
     if any(not_implemented(out) for out in outputs):
         return 0.0, task.points, NOT_IMPLEMENTED
     try:
@@ -254,6 +224,32 @@ def score(task_id: str, outputs: list) -> tuple[float, int, str]:
         fraction, feedback = 0.0, f"could not compare your output with the reference ({reason})."
     fraction = min(max(float(fraction), 0.0), 1.0)
     return round(task.points * fraction, 2), task.points, feedback
+
+
+def public_name(name: str) -> str:
+    """``posenc_lesson.rope.apply_rope`` -> ``posenc_lesson.apply_rope`` where the package exports
+    it (a method names its class); other names unchanged. Looks only at modules already loaded:
+    the name comes from a kernel."""
+    name = name[:200]
+    parts, package = name.split("."), sys.modules.get("posenc_lesson")
+    for k in range(len(parts) - 1, 1, -1):
+        module = sys.modules.get(".".join(parts[:k]))
+        if module is not None:
+            top = getattr(module, parts[k], None)
+            if package is not None and top is not None and getattr(package, parts[k], None) is top:
+                return f"posenc_lesson.{parts[k]}"
+            break
+    return name
+
+
+def forbidden_feedback(task: Task, name: str) -> str:
+    what = task.title.split(" (")[0]
+    if name.startswith(("posenc_lesson", "torch")):
+        return (f"this task asks you to implement it yourself ({what}); your answer calls "
+                f"{public_name(name)}, which this task does not allow. Write it with torch operations "
+                "instead (the library is what we compare with).")
+    return (f"your answer calls {name} while it is tested ({what}): starting threads or processes, "
+            "switching the profiler or inspecting the interpreter's frames is not allowed in an answer.")
 
 
 def _format_points(x: float) -> str:
