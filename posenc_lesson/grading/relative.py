@@ -3,8 +3,8 @@ scores with the key table, T5's bucket function, and a T5 bucket ported with the
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random shapes drawn from the task's stated constraints; another
-seed draws fresh inputs of the same kind (the tasks' ``hidden`` inputs, where the registry
-takes them).
+seed draws fresh inputs of the same kind: the tasks' ``hidden`` inputs, what posenc-grade
+grades on.
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ from torch import Tensor
 from .. import relative as _relative
 from .judges import Mistake, call, seeded, tensor_judge
 from .tasks import Task, register
-
-
-def _register(**fields: Any) -> None:
-    """register(Task(...)), passing ``hidden`` and ``allowed`` only to a Task that has them."""
-    register(Task(**{name: value for name, value in fields.items() if name in Task.__dataclass_fields__}))
-
 
 # --------------------------------------------------------------------------------------
 # 05_clipped_index: clip(j - (i + q_offset), -k, k) + k
@@ -84,7 +78,7 @@ _INDEX_MISTAKES = [
             "one row per query, one column per key: shape (q_len, k_len)."),
 ]
 
-_register(
+register(Task(
     id="05_clipped_index",
     title="Shaw's clipped relative index",
     points=2,
@@ -96,7 +90,7 @@ _register(
     judge=tensor_judge(_index_ref, _INDEX_MISTAKES, ("q_len", "k_len", "max_distance", "q_offset"),
                        "index[i, j] = clip(j - (i + q_offset), -k, k) + k, an integer tensor of shape "
                        "(q_len, k_len) with values in 0 .. 2k."),
-)
+))
 
 # --------------------------------------------------------------------------------------
 # 05_shaw_scores: e_ij = (q_i . k_j + q_i . w^K[clip(j - i, -k, k) + k]) / sqrt(Dh)
@@ -180,7 +174,7 @@ _SHAW_MISTAKES = [
             "return e_ij before the softmax."),
 ]
 
-_register(
+register(Task(
     id="05_shaw_scores",
     title="Shaw et al.'s scores with the key table",
     points=3,
@@ -193,7 +187,7 @@ _register(
     judge=tensor_judge(_shaw_ref, _SHAW_MISTAKES, ("q", "k", "key_table", "max_distance"),
                        "e_ij = (q_i . k_j + q_i . key_table[clip(j - i, -k, k) + k]) / sqrt(Dh), shape "
                        "(..., Tq, Tk), query i at position i and key j at position j."),
-)
+))
 
 # --------------------------------------------------------------------------------------
 # 05_t5_bucket and 05_fix_t5_bucket: T5's bucket of every offset j - i
@@ -297,7 +291,7 @@ _BUCKET_HINT = ("N = num_buckets // 2 if bidirectional else num_buckets, max_exa
                 "* (N - max_exact)), N - 1); bidirectional: + N where j - i > 0.")
 _BUCKET_NAMES = ("relative_position", "bidirectional", "num_buckets", "max_distance")
 
-_register(
+register(Task(
     id="05_t5_bucket",
     title="T5's relative position bucket",
     points=3,
@@ -307,9 +301,9 @@ _register(
     hidden=_bucket_cases,
     run=call,
     judge=tensor_judge(_bucket_ref, _BUCKET_MISTAKES, _BUCKET_NAMES, _BUCKET_HINT, symptom=_boundary_only),
-)
+))
 
-_register(
+register(Task(
     id="05_fix_t5_bucket",
     title="T5 buckets ported from Mesh TensorFlow (find the bug)",
     points=2,
@@ -321,4 +315,4 @@ _register(
     judge=tensor_judge(_bucket_ref, _BUCKET_MISTAKES, _BUCKET_NAMES,
                        "check the sign convention first: which offsets are the past, j - i < 0 or > 0?",
                        partial=False, symptom=_boundary_only),
-)
+))
