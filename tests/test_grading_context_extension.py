@@ -1,0 +1,272 @@
+"""Lesson 09's exercise tasks (posenc_lesson/grading/context_extension.py) grade what they promise.
+
+Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
+changed into the wrong implementations people write (PI multiplying by s, a reversed YaRN ramp,
+1/theta taken for the wavelength, the attention scale forgotten or applied once, a partial rotary
+with Dh in the exponent or rotating the pass-through channels, ...). Each must lose points and be
+named by its diagnosis, never shown the expected values; the hidden inputs are graded the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import posenc_lesson
+from posenc_lesson.grading import TASKS, outputs_of, score
+from posenc_lesson.grading import context_extension as topic
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
+EXERCISE = ROOT / "exercises" / "09_context_extension.ipynb"
+TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_yarn_scores", "09_fix_partial_rotary")
+HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_frequencies": topic._yarn_cases,
+          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": topic._partial_cases}
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _cells(path: Path = SOLUTION) -> dict[str, str]:
+    nb = nbformat.read(path, as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if "nbgrader" in c.metadata}
+
+
+def _namespace(task_id: str) -> dict:
+    """A fresh namespace after the setup cell (and the task's buggy-code cell, if it has one) ran."""
+    cells = _cells()
+    ns: dict = {"__name__": "__exercise__"}
+    exec(cells["setup"], ns)
+    if f"{task_id}_buggy" in cells:
+        stdout, sys.stdout = sys.stdout, io.StringIO()  # the symptom printout is not under test here
+        try:
+            exec(cells[f"{task_id}_buggy"], ns)
+        finally:
+            sys.stdout = stdout
+    return ns
+
+
+def _entry(task_id: str, source: str):
+    ns = _namespace(task_id)
+    exec(source, ns)
+    return ns[TASKS[task_id].entry]
+
+
+def _reference(task_id: str) -> str:
+    return _cells()[task_id]
+
+
+def _grade(task_id: str, fn) -> tuple[float, int, str]:
+    return score(task_id, outputs_of(task_id, fn))
+
+
+def test_the_lesson_has_four_tasks_worth_nine_points_and_a_find_the_bug_task():
+    assert all(t in TASKS for t in TASK_IDS)
+    assert sorted(t for t in TASKS if t.startswith("09_")) == sorted(TASK_IDS)
+    assert sum(TASKS[t].points for t in TASK_IDS) == 9
+    assert any(t.startswith("09_fix_") for t in TASK_IDS)
+    assert "context_extension" in posenc_lesson.grading.tasks.TOPICS
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_reference_solution_gets_full_marks_and_the_stub_zero(task_id):
+    points, max_points, feedback = _grade(task_id, _entry(task_id, _reference(task_id)))
+    assert points == max_points == TASKS[task_id].points, feedback
+    stub = _cells(EXERCISE)[task_id]
+    assert "raise NotImplementedError(" in stub
+    ns = _namespace(task_id)
+    exec(stub, ns)
+    points, _, feedback = _grade(task_id, ns[TASKS[task_id].entry])
+    assert points == 0 and feedback.startswith("not implemented yet")
+
+
+PARTIAL_ALL_CHANNELS = '''
+def partial_rope_fixed(x, positions, rotary_dim):
+    head_dim = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angle = positions.double()[:, None] * theta[None, :]
+    cos, sin = angle.cos(), angle.sin()
+    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+'''
+
+HALF_ROTATE = ('''a, b = x.double()[..., 0::2], x.double()[..., 1::2]  # (..., T, Dh/2) each
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)''',
+               '''a, b = x.double().chunk(2, dim=-1)
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)''')
+
+BOUNDS = "low = max(math.floor(index(32)), 0)\n    high = min(math.ceil(index(1)), head_dim - 1)"
+FLIPPED = ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos")
+PAPER_RAMP = ("ramp = torch.clamp((i - low) / (high - low), 0, 1)",
+              "ramp = torch.clamp(1 - (original_max_len * theta / (2 * math.pi) - 1) / 31, 0, 1)")
+
+# (task id, text in the reference source, its replacement, words the diagnosis must contain)
+MUTANTS = [
+    ("09_pi_frequencies", "/ factor", "* factor", "multiplied the frequencies by s"),
+    ("09_pi_frequencies", "-two_i / head_dim", "-two_i / 2 / head_dim", "off by a factor of 2"),
+    ("09_pi_frequencies", "-two_i / head_dim", "-2 * two_i / head_dim", "twice too large"),
+    ("09_pi_frequencies", "return base **", "return 10000.0 **", "ignore the base argument"),
+    ("09_pi_frequencies", "return base ** (-two_i / head_dim) / factor",
+     "return 2 * math.pi / (base ** (-two_i / head_dim) / factor)", "wavelengths"),
+    ("09_pi_frequencies", "return base ** (-two_i / head_dim) / factor",
+     "return (base * factor ** (head_dim / (head_dim - 2))) ** (-two_i / head_dim)", "NTK-aware"),
+    ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)",
+     "return theta / factor * (1 - ramp) + theta * ramp", "ramp is reversed"),
+    ("09_yarn_frequencies", "(turns * 2 * math.pi)", "turns", "wavelength and frequency are confused"),
+    ("09_yarn_frequencies", BOUNDS,
+     "low = max(math.floor(index(1)), 0)\n    high = min(math.ceil(index(32)), head_dim - 1)", "swapped"),
+    ("09_yarn_frequencies", BOUNDS, "low = max(index(32), 0)\n    high = min(index(1), head_dim - 1)",
+     "not rounded"),
+    ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)", "return theta / factor",
+     "position interpolation"),
+    ("09_yarn_frequencies", *PAPER_RAMP, "as the paper writes it"),
+    ("09_yarn_frequencies", "theta / factor * ramp", "theta * factor * ramp", "multiplied by the factor"),
+    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)", "rotate(q), rotate(k)",
+     "forgotten"),
+    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
+     "attention_scale * rotate(q), rotate(k)", "applied once"),
+    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
+     "attention_scale ** 2 * rotate(q), attention_scale ** 2 * rotate(k)", "twice on each side"),
+    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
+     "rotate(q) / attention_scale, rotate(k) / attention_scale", "divided by the attention scale"),
+    ("09_yarn_scores", "theta.double()[None, :]",
+     "(10000.0 ** (-torch.arange(0, q.shape[-1], 2, dtype=torch.float64) / q.shape[-1]))[None, :]",
+     "ignore theta"),
+    ("09_yarn_scores", *HALF_ROTATE, "half layout"),
+    ("09_yarn_scores", *FLIPPED, "wrong way"),
+    ("09_yarn_scores", "return q_rot @ k_rot.transpose(-1, -2)",
+     "return q_rot @ k_rot.transpose(-1, -2) / math.sqrt(q.shape[-1])", "sqrt(Dh)"),
+    ("09_fix_partial_rotary", "/ rotary_dim)", "/ x.shape[-1])", "the exponent uses Dh"),
+    ("09_fix_partial_rotary", "return torch.cat((turned, rest), dim=-1)", "return turned",
+     "only the rotated channels"),
+    ("09_fix_partial_rotary", *FLIPPED, "wrong way"),
+    ("09_fix_partial_rotary",
+     "a, b = rot[..., 0::2], rot[..., 1::2]\n"
+     "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
+     "a, b = rot.chunk(2, dim=-1)\n    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
+     "half layout"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "old", "new", "diagnosis"), MUTANTS,
+                         ids=[f"{m[0]}:{m[3]}" for m in MUTANTS])
+def test_known_wrong_implementation_gets_its_diagnosis(task_id, old, new, diagnosis):
+    source = _reference(task_id)
+    assert old in source, f"the reference of {task_id} changed; update this mutant"
+    points, max_points, feedback = _grade(task_id, _entry(task_id, source.replace(old, new)))
+    assert points < max_points
+    assert diagnosis in feedback, feedback
+    assert "Hint:" in feedback
+
+
+def test_a_partial_rotary_that_rotates_every_channel_is_named():
+    fn = _entry("09_fix_partial_rotary", PARTIAL_ALL_CHANNELS)
+    points, _, feedback = _grade("09_fix_partial_rotary", fn)
+    assert points == 0
+    assert "rotate the pass-through channels" in feedback
+
+
+def test_the_shown_buggy_partial_rotary_scores_zero_with_its_diagnosis():
+    buggy = _namespace("09_fix_partial_rotary")["partial_rope_buggy"]
+    points, _, feedback = _grade("09_fix_partial_rotary", buggy)
+    assert points == 0
+    assert "the exponent uses Dh" in feedback
+
+
+@pytest.mark.parametrize("cheat", [
+    # the library's scaling, the private helper behind it, and a model's rope path to it
+    ("09_yarn_frequencies", "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
+     "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, method='yarn', factor=factor, "
+     "original_max_len=original_max_len)[0]"),
+    ("09_yarn_frequencies", "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
+     "    m = posenc_lesson.TinyDecoder(5, d_model=head_dim, num_heads=1, num_layers=1)\n"
+     "    m.set_rope_scaling('yarn', factor=factor, original_max_len=original_max_len)\n"
+     "    return m.blocks[0].attn.rope_arguments(1)['frequencies']"),
+    ("09_pi_frequencies", "def pi_frequencies(head_dim, factor, base=10000.0):\n"
+     "    return posenc_lesson.rope_frequencies(head_dim, base) / factor"),
+    # apply_rope's new arguments, and the rotation matrix with the rotated width
+    ("09_yarn_scores", "def yarn_scores(q, k, theta, attention_scale):\n"
+     "    r = posenc_lesson.apply_rope(q, frequencies=theta, attention_scale=attention_scale)\n"
+     "    return r @ posenc_lesson.apply_rope(k, frequencies=theta, attention_scale=attention_scale).mT"),
+    ("09_fix_partial_rotary", "def partial_rope_fixed(x, positions, rotary_dim):\n"
+     "    mats = torch.stack([posenc_lesson.rope_rotation_matrix(int(m), rotary_dim) for m in positions])\n"
+     "    turned = (mats.double() @ x[..., :rotary_dim].double().unsqueeze(-1)).squeeze(-1)\n"
+     "    return torch.cat((turned, x[..., rotary_dim:].double()), dim=-1)"),
+], ids=lambda c: c[0])
+def test_answers_that_call_the_library_score_zero(cheat):
+    task_id, source = cheat
+    ns = _namespace(task_id)
+    ns["posenc_lesson"] = posenc_lesson
+    exec(source, ns)
+    points, _, feedback = _grade(task_id, ns[TASKS[task_id].entry])
+    assert points == 0
+    assert "implement it yourself" in feedback and "your answer calls" in feedback, feedback
+
+
+def test_allowed_rope_frequencies_does_not_count_as_cheating():
+    source = _reference("09_yarn_frequencies")
+    assert "rope_frequencies(" in source
+    points, max_points, _ = _grade("09_yarn_frequencies", _entry("09_yarn_frequencies", source))
+    assert points == max_points
+
+
+def test_feedback_never_contains_the_reference_values():
+    fn = _entry("09_pi_frequencies", _reference("09_pi_frequencies").replace("/ factor", "* factor"))
+    _, _, feedback = _grade("09_pi_frequencies", fn)
+    for case in TASKS["09_pi_frequencies"].cases():
+        for value in topic._pi_ref(*case).tolist()[1:]:
+            assert f"{value:.4f}" not in feedback
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_hidden_inputs_are_fresh_valid_and_graded_the_same_way(task_id):
+    """Seeds other than 0 draw new inputs within the stated constraints; the reference passes them
+    all and a known mistake still fails them."""
+    reference = _entry(task_id, _reference(task_id))
+    visible = HIDDEN[task_id](0)
+    assert len(visible) == len(TASKS[task_id].cases())
+    for seed in (1, 2, 3):
+        cases = HIDDEN[task_id](seed)
+        again = HIDDEN[task_id](seed)
+        assert len(cases) >= 3
+        assert all(_same(a, b) for a, b in zip(cases, again, strict=True))  # reproducible per seed
+        assert not all(_same(a, b) for a, b in zip(cases, visible, strict=False))  # not the visible ones
+        outputs = [reference(*case) for case in cases]
+        fraction, feedback = TASKS[task_id].judge(outputs, cases)
+        assert fraction == 1.0, (seed, feedback)
+    mutant = next(m for m in MUTANTS if m[0] == task_id)
+    wrong = _entry(task_id, _reference(task_id).replace(mutant[1], mutant[2]))
+    cases = HIDDEN[task_id](7)
+    fraction, feedback = TASKS[task_id].judge([wrong(*c) for c in cases], cases)
+    assert fraction < 1.0 and mutant[3] in feedback
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or not torch.equal(x, y)):
+            return False
+        if not isinstance(x, torch.Tensor) and x != y:
+            return False
+    return True
+
+
+def test_hidden_inputs_keep_the_stated_constraints():
+    for seed in range(1, 6):
+        for case in topic._pi_cases(seed):
+            assert case[0] % 2 == 0 and 4 <= case[0] <= 128 and 1 <= case[1] <= 32
+        for case in topic._yarn_cases(seed):
+            assert case[0] % 8 == 0 and 16 <= case[0] <= 128 and 2 <= case[1] <= 32 and 32 <= case[2] <= 8192
+        for q, k, theta, scale in topic._scores_cases(seed):
+            assert q.shape == k.shape and theta.shape == (q.shape[-1] // 2,)
+            assert 0.1 * math.log(2) + 1 <= scale <= 0.1 * math.log(32) + 1  # YaRN's scale, factor 2 .. 32
+        for x, positions, rotary_dim in topic._partial_cases(seed):
+            assert rotary_dim % 2 == 0 and 2 <= rotary_dim < x.shape[-1] and positions.shape == (x.shape[-2],)
