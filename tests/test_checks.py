@@ -301,6 +301,17 @@ CHEATS = {
     "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
                            "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
                            "causal=True)[0]"),
+    "09_pi_frequencies": ("def pi_frequencies(head_dim, factor, base=10000.0):\n"
+                          "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, "
+                          "method='linear', factor=factor, original_max_len=1)[0]"),
+    "09_yarn_frequencies": ("from posenc_lesson.rope_scaling import _yarn\n"
+                            "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
+                            "    return _yarn(head_dim, base, factor, original_max_len, 32.0, 1.0)[0]"),
+    "09_yarn_scores": ("def yarn_scores(q, k, theta, attention_scale):\n"
+                       "    kw = dict(frequencies=theta, attention_scale=attention_scale)\n"
+                       "    return posenc_lesson.apply_rope(q, **kw) @ posenc_lesson.apply_rope(k, **kw).mT"),
+    "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
+                              "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
 }
 
 
