@@ -438,6 +438,24 @@ def test_the_hostile_class_grades_in_reasonable_time(hostile):
     assert hostile["seconds"] < 240
 
 
+def test_the_user_namespace_way_holds_too(tmp_path):
+    """What a grader that is not root gets (forced here, since CI is root): the zygote in a user
+    namespace of its own, each kernel in a nested one where it is not root."""
+    klass = tmp_path / "class"
+    _write(klass / "honest" / f"{SUBJECT}.ipynb")
+    who = ('import os\nraise RuntimeError(f"uid={os.getuid()} procs={sorted(p for p in os.listdir(\'/proc\') '
+           'if p.isdigit())} secret={os.environ.get(\'' + SECRET + '\', \'absent\')}")\n')
+    _write(klass / "who" / f"{SUBJECT}.ipynb", who)
+    result = subprocess.run([*GRADE, "--jobs", "2", "--out", str(tmp_path / "out"), str(klass)],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "POSENC_GRADE_USERNS": "1", SECRET: "hunter2"})
+    assert result.returncode == 0, result.stderr
+    honest = json.loads((tmp_path / "out" / "honest" / f"{SUBJECT}.json").read_text())
+    assert honest["score"] == honest["max_score"] > 0
+    reason = json.loads((tmp_path / "out" / "who" / f"{SUBJECT}.json").read_text())["reason"]
+    assert "uid=1000 procs=['1'] secret=absent" in reason, reason
+
+
 # --------------------------------------------------------------------------------------
 # --sandbox: off warns, on refuses where it cannot be set up, and says how to fix it
 # --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import torch
 import posenc_lesson
 from posenc_lesson.grading import cli, grader, sandbox, submissions
 from posenc_lesson.grading.errors import UsageError, printable
+from posenc_lesson.grading.kernel import Kernel
 from posenc_lesson.grading.plan import load_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +138,19 @@ def test_an_outputs_fifo_or_link_is_never_opened_for_reading(tmp_path):
             grader.read_outputs(link)
     finally:
         signal.alarm(0)
+
+
+def test_writing_into_a_kernels_folder_never_follows_a_planted_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the grader's own file")
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    (folder / "job.pt").symlink_to(victim)  # planted by the learner's code
+    kernel = Kernel(folder)
+    inside = kernel.write("job.pt", b"the job")
+    assert inside == f"{folder}/job.pt"
+    assert victim.read_text() == "the grader's own file"
+    assert not (folder / "job.pt").is_symlink() and (folder / "job.pt").read_bytes() == b"the job"
 
 
 # --------------------------------------------------------------------------------------

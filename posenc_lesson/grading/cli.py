@@ -186,8 +186,11 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
     box = sandbox.make_spec(memory, disk, workdir / "newroot")
     why = sandbox.probe(box, workdir / "probe")
     if why:
+        fix = sandbox.HOW_TO_FIX if sandbox.unsupported() is None else (
+            "grade on Linux (or inside a Linux container or virtual machine), or pass --sandbox off "
+            "for notebooks you trust")
         raise InfrastructureError(f"--sandbox {args.sandbox}: cannot shut the learners' code in on this "
-                                  f"machine ({why}); nothing was graded. To fix: {sandbox.HOW_TO_FIX}")
+                                  f"machine ({why}); nothing was graded. To fix: {fix}")
     return box
 
 

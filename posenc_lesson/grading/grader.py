@@ -34,7 +34,7 @@ from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
 from .plan import Exercise, Plan, Step, make_plan
 from .report import Graded, TaskResult
 from .sandbox import Spec
-from .submissions import Submission
+from .submissions import READ_FLAGS, Submission
 
 CHECKS_MODULE = "posenc_lesson.grading"  # the registry: TASKS, outputs_of, score
 DEFAULT_CELL_TIMEOUT = 30.0  # seconds per cell (and per task's test run)
@@ -279,7 +279,7 @@ def write_job(path: Path, job: dict) -> None:
 
 def read_outputs(path: Path) -> Any:
     """Load a task's outputs file, refusing anything but a small regular file of plain data."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, READ_FLAGS)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -159,8 +159,25 @@ class Kernel:
         self.inside = str(workdir)  # the same, as the kernel names it
 
     def path(self, name: str) -> tuple[str, Path]:
-        """A file in the kernel's folder: (the name the kernel uses, the path the grader uses)."""
+        """A file in the kernel's folder: (the name the kernel uses, the path the grader uses).
+
+        The folder is the kernel's: whatever is at that path may be a link planted by the
+        learner's code. Read it with ``grader.read_outputs`` (never through a link), write it
+        with :meth:`write`, never with a plain ``open``.
+        """
         return f"{self.inside}/{name}", self.outside / name
+
+    def write(self, name: str, data: bytes) -> str:
+        """Put a new file in the kernel's folder (whatever was there is removed first, a planted
+        link included, and the file is created exclusively, so nothing outside is ever written).
+        Returns the name the kernel uses for it."""
+        inside, path = self.path(name)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # unlink never follows a link
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return inside
 
     def start(self) -> None:
         with _LIVE_LOCK:

@@ -21,7 +21,6 @@ import errno
 import json
 import os
 import platform
-import resource
 import signal
 import sys
 from dataclasses import asdict, dataclass, field
@@ -69,11 +68,13 @@ class Spec:
 # The system calls Python 3.11 has no wrapper for
 # --------------------------------------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc: list[ctypes.CDLL] = []  # loaded on first use: this module is imported on every OS
 
 
 def _call(name: str, *args: object) -> int:
-    result = getattr(_libc, name)(*args)
+    if not _libc:
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+    result = getattr(_libc[0], name)(*args)
     if result == -1:
         err = ctypes.get_errno()
         raise OSError(err, f"{name}{tuple(a.decode() if isinstance(a, bytes) else a for a in args)}: "
@@ -263,6 +264,8 @@ def _build_root(spec: Spec, host_dir: str) -> None:
 
 
 def _limits(spec: Spec, nproc: int) -> None:
+    import resource
+
     with open("/proc/self/status") as f:
         vm_size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     for limit, value in ((resource.RLIMIT_DATA, spec.memory),

@@ -32,6 +32,9 @@ import nbformat
 from .errors import UsageError, printable, short
 from .plan import Exercise
 
+# open a student's file (or a kernel's) for reading: never through a link, never blocking on a FIFO
+READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+              | getattr(os, "O_CLOEXEC", 0))
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # a submission larger than this is not read
 MAX_DEPTH = 8  # folders below a student's folder that are searched for notebooks
 MAX_FILES = 100_000  # entries looked at under one PATH
@@ -136,7 +139,7 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Submission], list[str]]:
 
 def _read(path: Path) -> bytes:
     """At most MAX_NOTEBOOK_BYTES of a regular file, never following a link, never blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, READ_FLAGS)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise ValueError("it is not a regular file")
