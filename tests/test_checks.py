@@ -298,6 +298,23 @@ CHEATS = {
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
     "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
     "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
+    "01_permutation_check": ("from posenc_lesson.grading.permutation import _equivariant\n"
+                             "def is_permutation_equivariant(f, x, perm):\n"
+                             "    return _equivariant(f, x, perm)"),
+    "03_offset_dot": ("def pe_dot(k, d_model):\n"
+                      "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
+                      "    return pe[0] @ pe[abs(k)]"),
+    "08_position_terms": ("from posenc_lesson.grading.extrapolation import _terms_reference\n"
+                          "def position_terms(scheme, x, num_heads, table):\n"
+                          "    return _terms_reference(scheme, x, num_heads, table)"),
+    "08_measure_order": ("from posenc_lesson.grading.extrapolation import _order_sensitive\n"
+                         "def order_sensitive(scheme, num_layers):\n"
+                         "    return _order_sensitive(scheme, num_layers)"),
+    "08_predict_order": ("from posenc_lesson.grading.extrapolation import _order_sensitive\n"
+                         "def predicted_order_sensitive():\n"
+                         "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
+                         "('none', 'sinusoidal', 'learned', 'rope', 'alibi')} | "
+                         "{'none, 2 layers': _order_sensitive('none', 2)}"),
     "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
                            "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
                            "causal=True)[0]"),

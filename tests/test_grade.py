@@ -330,7 +330,9 @@ def test_tampering_does_not_rescue_a_wrong_answer(graded, student):
     control = _tasks(graded["reports"][("wrong", SUBJECT)])[TASK]
     task = _tasks(graded["reports"][(student, SUBJECT)])[TASK]
     assert control["score"] == 0
-    assert task["score"] == control["score"] and task["feedback"] == control["feedback"]
+    # the same verdict; a note may come first: the grading kernel has no posenc_lesson.grading.tasks
+    # to patch (the grader keeps the tasks out of the kernels), so that cell raised after its answer
+    assert task["score"] == control["score"] and task["feedback"].endswith(control["feedback"])
     if student != "patched_compare_wrong":  # there the learner's own torch.allclose patch breaks
         _other_tasks_full(graded["reports"][(student, SUBJECT)])  # their permutation check too
 

@@ -1,12 +1,19 @@
 """Lesson 08's tasks (exercises/08_length_extrapolation.ipynb): the lab's position-scheme
 switch, measuring which TinyDecoder notices a swap of two tokens (and predicting it first),
-and the lab's own measurement: accuracy at each copied position of a copy-task batch."""
+and the lab's own measurement: accuracy at each copied position of a copy-task batch.
+
+Hidden cases (``Task.hidden``, any seed but 0): the switch on every scheme with fresh shapes, a
+table too short and a name that is not a scheme; eight of the fifteen (scheme, 1 to 3 layers)
+models for the measurement; new copy-task batches. The prediction has no input and cannot vary.
+The statement lets these answers use the library, but not the grader's references, nor, for the
+copy accuracy, the lab's own measurement.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -16,14 +23,17 @@ from .. import alibi as _alibi
 from ..lab.copy_task import copy_batch
 from ..lab.model import TinyDecoder
 from .judges import (
+    ONE_THREAD,
     TABLE_MISTAKES,
     Mistake,
     as_float_tensor,
     call,
     close,
+    draw,
     feedback,
     interleaved_to_concat,
     pe_table,
+    pick,
     randn,
     seeded,
     tensor_judge,
@@ -32,13 +42,24 @@ from .judges import (
 from .tasks import Task, is_marker, register
 
 
-def _terms_cases() -> list[tuple]:
-    g = seeded(111)
-    x, table = randn(g, 2, 6, 8), randn(g, 10, 8)
-    return [("none", x, 4, table), ("sinusoidal", x, 4, table), ("learned", x, 4, table),
-            ("rope", x, 4, table), ("alibi", x, 4, table),
-            ("alibi", randn(g, 1, 5, 12), 6, randn(g, 10, 12)),
-            ("learned", randn(g, 1, 12, 8), 4, table), ("relative", x, 4, table)]
+def _terms_cases(seed: int = 0) -> list[tuple]:
+    """(scheme, x (B, T, D), num_heads, table (max_len, D)); seed 0: the visible cases. Any other
+    seed: each of the five schemes on fresh shapes, a learned table too short for T, and a name
+    that is not a scheme, in a random order."""
+    g = seeded(111 if seed == 0 else seed)
+    if seed == 0:
+        x, table = randn(g, 2, 6, 8), randn(g, 10, 8)
+        return [("none", x, 4, table), ("sinusoidal", x, 4, table), ("learned", x, 4, table),
+                ("rope", x, 4, table), ("alibi", x, 4, table),
+                ("alibi", randn(g, 1, 5, 12), 6, randn(g, 10, 12)),
+                ("learned", randn(g, 1, 12, 8), 4, table), ("relative", x, 4, table)]
+    cases = []
+    for scheme in ("none", "sinusoidal", "learned", "rope", "alibi", "learned",
+                   pick(g, ("relative", "xpos", "absolute", "sin"))):
+        t, d = draw(g, 3, 12), 2 * draw(g, 1, 8)
+        rows = draw(g, 2, t - 1) if len(cases) == 5 else draw(g, t, 16)  # the second learned: too short
+        cases.append((scheme, randn(g, draw(g, 1, 3), t, d), draw(g, 1, 8), randn(g, rows, d)))
+    return [cases[i] for i in torch.randperm(len(cases), generator=g).tolist()]
 
 
 def _terms_reference(scheme: str, x: Tensor, num_heads: int, table: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -121,15 +142,26 @@ register(Task(
     title="The scheme switch",
     points=3,
     entry="position_terms",
-    forbidden=(),
+    forbidden=("posenc_lesson.grading.extrapolation._terms_reference",),
     cases=_terms_cases,
     run=call,
     judge=_judge_terms,
+    hidden=_terms_cases,
+    allowed=("posenc_lesson",),  # the statement: here the library is yours to use
 ))
 
 _ORDER_CASES = [(scheme, layers) for layers in (1, 2)
                 for scheme in ("none", "sinusoidal", "learned", "rope", "alibi")]
 _ORDER_TOKENS = (0, 5, 7, 3, 9, 4)
+
+
+def _order_cases(seed: int) -> list[tuple]:
+    """(scheme, num_layers): the five schemes at 1 to 3 layers, eight of them, in a random order.
+    (The model and the tokens are fixed by the statement; what varies is which models are asked.)"""
+    g = seeded(seed)
+    every = [(scheme, layers) for layers in (1, 2, 3)
+             for scheme in ("none", "sinusoidal", "learned", "rope", "alibi")]
+    return [every[i] for i in torch.randperm(len(every), generator=g)[:8].tolist()]
 
 
 @contextlib.contextmanager
@@ -141,11 +173,6 @@ def _one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def _run_one_thread(fn: Callable, case: tuple) -> Any:
-    with _one_thread():
-        return fn(*case)
 
 
 @functools.lru_cache(maxsize=64)
@@ -196,9 +223,11 @@ register(Task(
     title="Measuring order sensitivity",
     points=2,
     entry="order_sensitive",
-    forbidden=(),
+    forbidden=("posenc_lesson.grading.extrapolation._order_sensitive",),
     cases=lambda: list(_ORDER_CASES),
-    run=_run_one_thread,
+    run=ONE_THREAD,
+    hidden=_order_cases,
+    allowed=("posenc_lesson",),
     judge=_judge_order,
 ))
 
@@ -229,9 +258,11 @@ register(Task(
     title="Predict: which models notice a swap?",
     points=1,
     entry="predicted_order_sensitive",
-    forbidden=(),
+    forbidden=("posenc_lesson.grading.extrapolation._order_sensitive",),
     cases=lambda: [()],
     run=call,
+    hidden=lambda seed: [()],  # a prediction has no input: it cannot vary
+    allowed=("posenc_lesson",),
     judge=_judge_prediction,
 ))
 
@@ -334,6 +365,8 @@ register(Task(
                "posenc_lesson.lab.analysis.copy_accuracy_by_position"),
     cases=lambda: _accuracy_cases(0),
     run=call,
+    hidden=_accuracy_cases,
+    allowed=("posenc_lesson",),  # but not the three functions above, nor a private helper
     judge=tensor_judge(_copy_accuracy, _ACCURACY_MISTAKES, ("tokens", "logits"),
                        "T = 2n + 2, so n = (T - 2) // 2; the prediction of x_k is "
                        "argmax(logits[:, n + k]) and the answer is tokens[:, n + k + 1]; average over "

@@ -164,7 +164,7 @@ def encode(value: Any) -> Any:
 
 def decode(value: Any) -> Any:
     if isinstance(value, dict) and set(value) == {"given"}:
-        return _state["given"][value["given"]]
+        return _state.get("given", given.CATALOGUE)[value["given"]]
     if isinstance(value, list | tuple):
         return type(value)(decode(v) for v in value)
     return value

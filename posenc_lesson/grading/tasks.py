@@ -28,7 +28,6 @@ what the task asks for scores 0 for that task, with feedback saying why.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -88,8 +87,6 @@ TASKS: dict[str, Task] = {}
 def register(task: Task) -> Task:
     if task.id in TASKS:
         raise ValueError(f"task id {task.id!r} is registered twice")
-    if callable(task.run):  # a topic file from before run kinds (TODO: gone once every file is converted)
-        task = dataclasses.replace(task, run={"_run_one_thread": "one_thread"}.get(task.run.__name__, ""))
     if task.run not in in_kernel.RUNS:
         raise ValueError(f"task {task.id!r}: run must be one of {sorted(in_kernel.RUNS)}; got {task.run!r}")
     TASKS[task.id] = task
@@ -160,10 +157,7 @@ def watch_spec(task_id: str, cases: list[tuple] | None = None) -> dict:
             families.add(family)
         else:
             forbidden.append(_code_entry(name))
-    # A topic file not converted to hidden cases yet keeps its old contract: only what it names is
-    # forbidden (TODO: gone once every file has hidden cases and its allow-list).
-    names = task.allowed if task.hidden is not None else ("posenc_lesson",)
-    allowed = [_code_entry(name) for name in names]
+    allowed = [_code_entry(name) for name in task.allowed]
     given = {v["given"] for case in in_kernel.encode(list(cases or task.cases()))
              for v in case if isinstance(v, dict) and "given" in v}
     allowed += [("grading/given", name) for name in sorted(given)]
