@@ -213,11 +213,14 @@ class Grader:
         task = self.checks.TASKS[task_id]
         cases = self.hidden(task_id)
         inside, path = kernel.path(f"outputs-{task_id}.pt")
-        job_inside, job_path = kernel.path(f"job-{task_id}.pt")
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
         try:  # the inputs, as data, just before the run
-            write_job(job_path, self.checks.job(task_id, cases))
+            import torch
+
+            data = io.BytesIO()
+            torch.save(self.checks.job(task_id, cases), data)
+            job_inside = kernel.write(f"job-{task_id}.pt", data.getvalue())
         except OSError as exc:
             return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})"), False
         code = (f"import posenc_lesson.grading.in_kernel as _g; "
@@ -257,20 +260,6 @@ class Grader:
         if own_cell:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
         return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback), False
-
-
-def write_job(path: Path, job: dict) -> None:
-    """Write a task's job file into the kernel's folder: a new file, never through a link the
-    kernel may have left at that name (O_EXCL | O_NOFOLLOW after removing whatever is there)."""
-    import torch
-
-    data = io.BytesIO()
-    torch.save(job, data)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.getvalue())
 
 
 # --------------------------------------------------------------------------------------
