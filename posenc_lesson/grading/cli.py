@@ -42,15 +42,20 @@ The tests come from the course, never from the submission. For a submission of e
    (SIGKILL to its process group) and the plan reruns in a new kernel without that cell.
    The grader listens only for each request's reply, never to the kernel's output stream,
    so a flood of printing or of stderr warnings costs the grader nothing and changes nothing.
-3. Then, per task, ``posenc_lesson.grading.in_kernel.harvest`` runs in the kernel: the trusted
-   ``grading.outputs_of(task_id, entry)`` calls the learner's function on the course's inputs
-   and saves what came back, as plain data, to a file. The grader loads that file with
-   ``torch.load(weights_only=True)`` (which builds only tensors and plain values) in its own
-   process and calls ``grading.score(task_id, outputs)`` there (``grader``). Every comparison happens in
-   the grader's process, where no learner code ever ran: patching ``torch.allclose``,
-   ``np.allclose`` or ``torch.testing.assert_close``, or redefining ``check``, reaches none of
-   it. An answer that calls the library's own implementation of the task scores 0
-   (``outputs_of`` records the call).
+3. Then, per task, the grader writes the task's *hidden* inputs into the kernel's folder, as
+   data: fresh cases drawn from the task's generator with the run's seed (``--seed``, random by
+   default, the same for every submission and stored in each JSON report, so ``--seed N``
+   reproduces a grade), never the visible cases of the check cells. ``in_kernel.harvest`` calls
+   the learner's function on them, watched (``watch``: a call of a library function the task
+   does not allow, however it was reached, is recorded), and saves what came back, as plain
+   data, to a file. No task, reference or judge is in the kernel (their files are hidden from
+   it). The grader loads that file with ``torch.load(weights_only=True)`` (which builds only
+   tensors and plain values) in its own process and calls ``grading.score(task_id, outputs,
+   cases)`` there (``grader``). Every comparison happens in the grader's process, where no
+   learner code ever ran: patching ``torch.allclose``, ``np.allclose`` or
+   ``torch.testing.assert_close``, or redefining ``check``, reaches none of it; a table of the
+   visible cases' answers is worth nothing. An answer that calls the library's own
+   implementation of the task scores 0.
 
 ``--jobs N`` grades N submissions at once: N threads here, each driving its own kernel.
 
@@ -75,7 +80,11 @@ in everything printed or stored (``errors.printable``), one report path per row.
 Flags: a row's ``flags`` (``report.Graded``) are notes for the instructor and never change a
 score: grades.csv's ``flags`` column lists their kinds, the JSON has each one's cell, line,
 snippet and message, and the summary ends with the flagged rows. A notebook handed in twice for
-one exercise is one row flagged ``duplicate``.
+one exercise is one row flagged ``duplicate``. Every answer cell is also read (``flags``) for
+code that reaches into the grader or the machine: kinds ``grading``, ``introspection``,
+``dynamic-code``, ``files``, ``process``, ``patching``, ``watch``, ``private``. The kernel is
+the learner's: code that rewrites the grader's side of it could hand back made-up outputs;
+that code is what these flags point at.
 
 Still assumed: the Linux kernel (an exploit escapes any namespace), CPU time (a submission can
 keep a core busy until its time limits), memory for ``--jobs`` x ``--disk`` of tmpfs, no side
