@@ -46,7 +46,6 @@ from tqdm.auto import tqdm
 
 from ..rope_scaling import SCALING_METHODS
 from .copy_task import copy_batch
-from .experiments import FULL as _LAB_FULL
 from .experiments import LabConfig, build_model
 from .model import TinyDecoder
 from .train import evaluate, train
@@ -74,8 +73,10 @@ class ExtensionConfig:
         fast: True for the reduced setting used under test.
     """
 
-    base: LabConfig = dataclasses.replace(_LAB_FULL, schemes=("rope",), seeds=(0, 1, 2),
-                                          eval_lengths=tuple(range(4, 65, 4)), eval_batches=1)
+    # lesson 08's full setting, written out so that a change there cannot silently change this lab
+    base: LabConfig = LabConfig(train_length=16, vocab_size=18, d_model=64, num_heads=4, num_layers=2,
+                                steps=1500, batch_size=32, lr=3e-3, eval_lengths=tuple(range(4, 65, 4)),
+                                eval_batches=1, eval_batch_size=64, seeds=(0, 1, 2), schemes=("rope",))
     factor: float = 4.0
     methods: tuple[str, ...] = METHODS
     finetune_steps: int = 150
@@ -100,9 +101,8 @@ class ExtensionConfig:
 
 FULL = ExtensionConfig()
 # Under test: L = 8 (T_train = 18 tokens), 400 steps, one seed, 60 fine-tuning steps, n = 2 .. 4L.
-FAST = ExtensionConfig(base=dataclasses.replace(_LAB_FULL, train_length=8, steps=400, schemes=("rope",),
-                                                seeds=(0,), eval_lengths=tuple(range(2, 33, 2)),
-                                                eval_batches=1, fast=True),
+FAST = ExtensionConfig(base=dataclasses.replace(FULL.base, train_length=8, steps=400, seeds=(0,),
+                                                eval_lengths=tuple(range(2, 33, 2)), fast=True),
                        finetune_steps=60, finetune_warmup=6, fast=True)
 
 
