@@ -71,7 +71,11 @@ def python_paths() -> list[str]:
         path = Path(where).resolve()
         if any(p == path or p in path.parents for p in prefixes):
             continue
-        top = next((e / path.relative_to(e).parts[0] for e in entries if e in path.parents), path)
+        top = next((e / path.relative_to(e).parts[0] for e in entries if e in path.parents), None)
+        if top is None:  # found by a meta-path finder (an editable install): its outermost package
+            top = path
+            while (top.parent / "__init__.py").exists():
+                top = top.parent
         found.add(top)
     return outermost(found)
 
