@@ -36,7 +36,7 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Under test, lesson 08 trains its documented smaller lab (POSENC_FAST=1); `make lab` runs the full one.
+# Under test, lessons 08 and 09 train their documented smaller labs (POSENC_FAST=1); `make lab` runs the full ones.
 test-lib test-notebooks: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
