@@ -25,6 +25,7 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
     errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
     in_kernel    what runs inside each kernel (and behind check()): the run kinds, the watch
                  that records calls of the library a task does not allow, the harvest
+    watch        the profile, torch function mode and audit hook behind it (kernel side too)
     given        functions a task hands to the learner's code as inputs (lesson 01)
     flags        the static scan of answer cells: review flags for the instructor
 

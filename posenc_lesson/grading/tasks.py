@@ -17,6 +17,12 @@ recomputes the reference answers from the library in its own process, compares w
 tolerances and, when an answer is wrong, names the likely mistake and gives a hint
 (``posenc_lesson.grading.judges``). It never prints the right answer.
 
+In a notebook, ``outputs_of`` runs the task's visible cases (the ones its statement's check
+cell uses). ``posenc-grade`` grades on hidden ones instead: ``hidden_cases(task_id, seed)``
+draws fresh inputs from the task's generator for the run's seed, ``job`` hands them to the
+learner's kernel as data (``in_kernel.harvest`` runs them there, watched) and
+``score(task_id, outputs, cases)`` judges the outputs on those same cases, here.
+
 In a notebook, ``check(task_id, fn)`` does both steps and prints one verdict, e.g.
 
     ✅ 06_apply_rope_half: passed (3/3 points)
