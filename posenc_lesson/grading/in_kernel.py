@@ -186,7 +186,8 @@ def install(checks_module: str | None = None) -> None:
     from IPython import get_ipython
 
     watch.install()
-    _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given.CATALOGUE))
+    _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given.CATALOGUE),
+                  setprofile=sys.setprofile, settrace=sys.settrace)
     grading = sys.modules[__package__]
     grading.check, grading.assert_passes = _check_stand_in, _assert_stand_in
     grading._GRADING = True
@@ -194,6 +195,8 @@ def install(checks_module: str | None = None) -> None:
 
 def harvest(job: str, out: str) -> None:
     """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``."""
+    _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
+    _state["settrace"](None)
     spec = _state["load"](job, map_location="cpu", weights_only=True)
     namespace = _state["shell"].user_ns
     entry = spec["entry"]
