@@ -237,12 +237,12 @@ def test_hidden_inputs_are_fresh_valid_and_graded_the_same_way(task_id):
         assert all(_same(a, b) for a, b in zip(cases, again, strict=True))  # reproducible per seed
         assert not all(_same(a, b) for a, b in zip(cases, visible, strict=False))  # not the visible ones
         outputs = [reference(*case) for case in cases]
-        fraction, feedback = TASKS[task_id].judge(outputs, cases)
+        fraction, feedback, *_ = TASKS[task_id].judge(outputs, cases)
         assert fraction == 1.0, (seed, feedback)
     mutant = next(m for m in MUTANTS if m[0] == task_id)
     wrong = _entry(task_id, _reference(task_id).replace(mutant[1], mutant[2]))
     cases = HIDDEN[task_id](7)
-    fraction, feedback = TASKS[task_id].judge([wrong(*c) for c in cases], cases)
+    fraction, feedback, *_ = TASKS[task_id].judge([wrong(*c) for c in cases], cases)
     assert fraction < 1.0 and mutant[3] in feedback
 
 

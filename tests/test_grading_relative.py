@@ -219,7 +219,7 @@ def test_solutions_pass_on_freshly_drawn_cases(task_id, make_cases, seed):
     assert repr(cases) == repr(make_cases(seed))  # the same seed draws the same cases
     fn = _solution(task_id)
     outputs = [fn(*case) for case in make_cases(seed)]
-    fraction, feedback = TASKS[task_id].judge(outputs, make_cases(seed))
+    fraction, feedback, *_ = TASKS[task_id].judge(outputs, make_cases(seed))
     assert fraction == 1.0, feedback
 
 

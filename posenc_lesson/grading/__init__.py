@@ -8,7 +8,8 @@ What an exercise notebook imports:
 Inside, one concern per module (imports point one way: math <- lab <- grading):
 
     tasks        Task, the registry TASKS and its TOPICS, outputs_of (runs the learner's code,
-                 watching for forbidden calls), score (pure), verdict, check, assert_passes
+                 watching for forbidden calls), score (pure) and assess (score with the
+                 diagnosis's id), the GENERIC ids, verdict, check, assert_passes
     judges       the shared tensor judge, tolerances, mistakes several lessons share
     permutation, sinusoidal, rotation, learned, rope, alibi, extrapolation
                  one topic file per lesson's tasks: cases, references, mistakes and hints
@@ -39,8 +40,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TASKS", "TOPICS", "Task", "assert_passes", "check", "hidden_cases", "job", "load_topics",
-           "outputs_of", "score", "verdict"]
+__all__ = ["GENERIC", "TASKS", "TOPICS", "Task", "assert_passes", "assess", "check", "hidden_cases", "job",
+           "load_topics", "outputs_of", "score", "verdict"]
 _GRADING = False  # True inside a grading kernel
 
 

@@ -80,25 +80,26 @@ def _slope_mistakes() -> list[Mistake]:
         Mistake(_slopes_off_by_one,
                 "your slopes are off by one: the first head gets slope 1 = 2^0.",
                 "for n heads (n a power of 2) the slopes are 2^(-8/n), 2^(-16/n), ..., 2^(-8): "
-                "head h (0-based) has exponent -8(h+1)/n."),
+                "head h (0-based) has exponent -8(h+1)/n.", id="alibi.slopes_off_by_one"),
         Mistake(_slopes_naive,
                 "for a head count that is not a power of 2 you used the power-of-2 formula "
                 "with n itself: slopes for the wrong head count.",
                 "the paper takes the slopes of the largest power of 2 c below n, then adds "
-                "n - c slopes from 2c heads, every other one starting with the first."),
+                "n - c slopes from 2c heads, every other one starting with the first.",
+                id="alibi.slopes_power_of_2_formula"),
         Mistake(_slopes_odd_half,
                 "the extra heads (n not a power of 2) are taken from every other slope of 2c "
                 "heads starting at the second; the paper starts at the first.",
-                "slopes(2c)[0::2], not [1::2]."),
+                "slopes(2c)[0::2], not [1::2].", id="alibi.slopes_odd_extra_heads"),
         Mistake(_slopes_round_up,
                 "for n not a power of 2 you took the first n slopes of the next power of 2: "
                 "slopes for the wrong head count.",
                 "start from the power of 2 *below* n, then append n - c slopes from 2c heads, "
-                "every other one."),
+                "every other one.", id="alibi.slopes_next_power_of_2"),
         Mistake(_sorted_slopes,
                 "your slopes are right but sorted; the paper appends the extra heads at the "
                 "end, unsorted, and checkpoints depend on that order.",
-                "do not sort: the slopes of c heads first, then the extra ones."),
+                "do not sort: the slopes of c heads first, then the extra ones.", id="alibi.slopes_sorted"),
     ]
 
 
@@ -149,20 +150,22 @@ register(Task(
     judge=tensor_judge(lambda h, t: _alibi.alibi_bias(h, t), [
         Mistake(lambda h, t: -_alibi.alibi_bias(h, t),
                 "the sign is flipped: your bias rewards distant keys.",
-                "ALiBi's bias is negative, -m_h |i - j|: farther keys get less attention."),
+                "ALiBi's bias is negative, -m_h |i - j|: farther keys get less attention.",
+                id="alibi.bias_sign_flipped"),
         Mistake(lambda h, t: -_alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
                 "your bias is -m_h (i - j) without the absolute value: right below the diagonal, "
                 "but positive above it.",
-                "this task asks for the symmetric bias -m_h |i - j| (the causal mask hides j > i)."),
+                "this task asks for the symmetric bias -m_h |i - j| (the causal mask hides j > i).",
+                id="alibi.bias_no_abs"),
         Mistake(lambda h, t: _alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
                 "your bias is m_h (i - j): the sign is flipped, and it is not symmetric.",
-                "ALiBi's bias is -m_h |i - j|."),
+                "ALiBi's bias is -m_h |i - j|.", id="alibi.bias_signed_distance"),
         Mistake(lambda h, t: -_slopes_off_by_one(h).double()[:, None, None] * _distance(t).abs(),
-                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint, id=_slope_mistakes()[0].id),
         Mistake(lambda h, t: _alibi.alibi_bias(h, t).permute(1, 2, 0),
                 "your heads are on the last axis: shape (T, T, H).",
                 "return (num_heads, seq_len, seq_len), heads first, so it broadcasts against "
-                "(B, H, T, T) scores."),
+                "(B, H, T, T) scores.", id="alibi.bias_heads_last"),
     ], ("num_heads", "seq_len"), "bias[h, i, j] = -m_h * |i - j|, shape (num_heads, seq_len, seq_len)."),
 ))
 
@@ -201,22 +204,25 @@ register(Task(
     judge=tensor_judge(_alibi_attention, [
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=-_alibi.alibi_bias(q.shape[1], q.shape[2])),
                 "the bias has the wrong sign: distant keys get *more* attention.",
-                "add -m_h |i - j| to the scores, a penalty."),
+                "add -m_h |i - j| to the scores, a penalty.", id="alibi.bias_sign_flipped"),
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, causal=False),
                 "there is no causal mask: query i also sees keys j > i.",
-                "mask the scores above the diagonal with -inf before the softmax."),
+                "mask the scores above the diagonal with -inf before the softmax.",
+                id="alibi.no_causal_mask"),
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=None),
                 "the ALiBi bias is missing: this is plain causal attention.",
-                "add the (H, T, T) bias to the scaled scores; it broadcasts over the batch."),
+                "add the (H, T, T) bias to the scaled scores; it broadcasts over the batch.",
+                id="alibi.bias_missing"),
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias_before_scale=True),
                 "the bias is divided by sqrt(Dh) too: you added it before scaling.",
-                "scores = q k^T / sqrt(Dh) + bias: scale first, then add the bias."),
+                "scores = q k^T / sqrt(Dh) + bias: scale first, then add the bias.", id="alibi.bias_scaled"),
         Mistake(lambda q, k, v: _alibi_attention(q, k, v, dim=-2),
-                attention_mistakes(True)[0].diagnosis, attention_mistakes(True)[0].hint),
+                attention_mistakes(True)[0].diagnosis, attention_mistakes(True)[0].hint,
+                id=attention_mistakes(True)[0].id),
         Mistake(lambda q, k, v: _alibi_attention(
                      q, k, v, bias=-_slopes_off_by_one(q.shape[1]).double()[:, None, None]
                      * _distance(q.shape[2]).abs()),
-                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint),
+                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint, id=_slope_mistakes()[0].id),
     ], ("q", "k", "v"), "scores = q k^T / sqrt(Dh) - m_h |i - j|, causal mask, softmax over keys, "
                        "times v; q, k, v have shape (B, H, T, Dh)."),
 ))

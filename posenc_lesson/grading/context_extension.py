@@ -83,25 +83,27 @@ _PI_MISTAKES = [
     Mistake(lambda dh, s, *b: _theta(dh, _base_of(b)) * s,
             "you multiplied the frequencies by s: position interpolation divides them (positions "
             "m -> m / s turn every pair s times slower).",
-            "theta'_i = theta_i / factor."),
+            "theta'_i = theta_i / factor.", id="context_extension.pi_multiplied"),
     Mistake(lambda dh, s, *b: _theta(dh, _base_of(b) ** 0.5) / s,
             "the exponent is off by a factor of 2: theta_i = base^(-i/Dh) instead of base^(-2i/Dh).",
             "i counts pairs, i = 0 .. Dh/2 - 1, and the exponent is -2i/Dh (torch.arange(0, Dh, 2) "
-            "holds the values 2i)."),
+            "holds the values 2i).", id="context_extension.exponent_factor_2"),
     Mistake(lambda dh, s, *b: _theta(dh, _base_of(b) ** 2) / s,
             "the exponent is twice too large: theta_i = base^(-4i/Dh).",
-            "torch.arange(0, Dh, 2) already holds 2i; do not multiply it by 2 again."),
+            "torch.arange(0, Dh, 2) already holds 2i; do not multiply it by 2 again.",
+            id="context_extension.exponent_twice_too_large"),
     Mistake(lambda dh, s, *b: _theta(dh, _base_of(b) * s ** (dh / (dh - 2))),
             "you changed the base (NTK-aware scaling, b' = b s^(Dh/(Dh-2))): that keeps the fast pairs; "
             "position interpolation divides every pair by s.",
-            "theta'_i = base^(-2i/Dh) / factor for every i."),
+            "theta'_i = base^(-2i/Dh) / factor for every i.", id="context_extension.pi_changed_base"),
     Mistake(lambda dh, s, *b: 2 * math.pi / (_theta(dh, _base_of(b)) / s),
             "you returned wavelengths 2 pi / theta'_i (tokens per turn), not frequencies (radians "
             "per token).",
-            "return theta'_i = theta_i / factor itself."),
+            "return theta'_i = theta_i / factor itself.", id="context_extension.returned_wavelengths"),
     Mistake(lambda dh, s, *b: _theta(dh) / s,
             "you ignore the base argument and always use 10000.",
-            "theta_i = base^(-2i/Dh) with the base you are given (500000 for Llama 3)."),
+            "theta_i = base^(-2i/Dh) with the base you are given (500000 for Llama 3).",
+            id="context_extension.ignores_base"),
 ]
 
 _register(
@@ -174,32 +176,37 @@ _YARN_MISTAKES = [
             "and your slow pairs kept. YaRN keeps the pairs that have turned through every angle and "
             "divides the slow ones.",
             "ramp_i = 0 (keep theta_i) for i <= low and 1 (theta_i / factor) for i >= high: "
-            "theta'_i = theta_i / factor * ramp_i + theta_i * (1 - ramp_i)."),
+            "theta'_i = theta_i / factor * ramp_i + theta_i * (1 - ramp_i).",
+            id="context_extension.yarn_ramp_reversed"),
     Mistake(lambda *c: _yarn(*c, two_pi=1.0),
             "wavelength and frequency are confused: your boundaries use 1 / theta_i as the number of "
             "tokens per turn; a pair turns once every lambda_i = 2 pi / theta_i tokens.",
             "the pair that turns r times over L = original_max_len has lambda = L / r, so its index is "
-            "Dh * ln(L / (2 pi r)) / (2 ln base)."),
+            "Dh * ln(L / (2 pi r)) / (2 ln base).", id="context_extension.yarn_wavelength_as_frequency"),
     Mistake(lambda *c: _yarn(*c, swap=True),
             "beta_fast and beta_slow are swapped: low must come from the pair that turns 32 times, "
             "high from the pair that turns once.",
-            "low = floor(index(32)), high = ceil(index(1)); index falls as the number of turns grows."),
+            "low = floor(index(32)), high = ceil(index(1)); index falls as the number of turns grows.",
+            id="context_extension.yarn_betas_swapped"),
     Mistake(lambda *c: _yarn(*c, rounded=False),
             "the ramp's boundaries are not rounded: the checkpoints' code floors low and ceils high "
             "before the ramp.",
-            "low = max(floor(index(32)), 0), high = min(ceil(index(1)), Dh - 1)."),
+            "low = max(floor(index(32)), 0), high = min(ceil(index(1)), Dh - 1).",
+            id="context_extension.yarn_boundaries_not_rounded"),
     Mistake(lambda *c: _yarn(*c, paper=True),
             "you ramped linearly in the number of turns r = L / lambda_i, as the paper writes it; "
             "this task (and the code every YaRN checkpoint runs with) ramps linearly in the pair "
             "index i between the rounded boundaries.",
-            "ramp_i = clamp((i - low) / (high - low), 0, 1) over i = 0 .. Dh/2 - 1."),
+            "ramp_i = clamp((i - low) / (high - low), 0, 1) over i = 0 .. Dh/2 - 1.",
+            id="context_extension.yarn_ramp_of_the_paper"),
     Mistake(lambda *c: _yarn(*c, multiply=True),
             "your interpolated pairs are multiplied by the factor; interpolation divides them.",
-            "the slow pairs get theta_i / factor."),
+            "the slow pairs get theta_i / factor.", id="context_extension.yarn_multiplied"),
     Mistake(lambda dh, s, length, *b: _theta(dh, _base_of(b)) / s,
             "every pair is divided by the factor: that is position interpolation. YaRN keeps the fast "
             "pairs and ramps between the two.",
-            "compute low and high, then the ramp, then mix theta_i / factor and theta_i."),
+            "compute low and high, then the ramp, then mix theta_i / factor and theta_i.",
+            id="context_extension.yarn_is_pi"),
 ]
 
 _register(
@@ -260,31 +267,36 @@ _SCORES_MISTAKES = [
     Mistake(lambda q, k, th, a: _scores(q, k, th, 1.0, 1.0),
             "the attention scale is forgotten: your scores are those of plain rotated q and k.",
             "multiply both rotated q and rotated k by attention_scale (Hugging Face multiplies cos and "
-            "sin by it)."),
+            "sin by it).", id="context_extension.scale_forgotten"),
     Mistake(lambda q, k, th, a: _scores(q, k, th, a, 1.0),
             "the attention scale is applied once (to q only, or to the scores once): the scores grow by "
             "attention_scale instead of its square.",
-            "scale q and k both, so that every score is multiplied by attention_scale ** 2."),
+            "scale q and k both, so that every score is multiplied by attention_scale ** 2.",
+            id="context_extension.scale_once"),
     Mistake(lambda q, k, th, a: _scores(q, k, th, a * a, a * a),
             "the attention scale is applied twice on each side: the scores grow by attention_scale ** 4.",
-            "rotated q times attention_scale, rotated k times attention_scale, once each."),
+            "rotated q times attention_scale, rotated k times attention_scale, once each.",
+            id="context_extension.scale_twice"),
     Mistake(lambda q, k, th, a: _scores(q, k, th, 1 / a, 1 / a),
             "you divided by the attention scale; YaRN multiplies q and k by it (sharper attention "
             "over the longer sequence).",
-            "q' = attention_scale * rotate(q), k' = attention_scale * rotate(k)."),
+            "q' = attention_scale * rotate(q), k' = attention_scale * rotate(k).",
+            id="context_extension.scale_divided"),
     Mistake(lambda q, k, th, a: _scores(q, k, _theta(q.shape[-1]), a, a),
             "you ignore theta and turn by the default frequencies 10000^(-2i/Dh).",
-            "turn pair i of token t by the angle t * theta[i], with the theta you are given."),
+            "turn pair i of token t by the angle t * theta[i], with the theta you are given.",
+            id="context_extension.ignores_theta"),
     Mistake(lambda q, k, th, a: _scores(q, k, th, a, a, layout="half"),
             "your pairs are (i, i + Dh/2) (the half layout); this task uses the interleaved pairs "
             "(2i, 2i+1).",
-            "x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair."),
+            "x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair.",
+            id="context_extension.half_layout"),
     Mistake(lambda q, k, th, a: _scores(q, k, th, a, a, sign=-1),
             "you rotate the wrong way, by -t theta_i (the transposed rotation).",
-            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos."),
+            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos.", id="context_extension.sign_flipped"),
     Mistake(lambda q, k, th, a: _scores_ref(q, k, th, a) / math.sqrt(q.shape[-1]),
             "you divided the scores by sqrt(Dh); this task returns the raw products q' k'^T.",
-            "return rotated_q @ rotated_k.transpose(-1, -2)."),
+            "return rotated_q @ rotated_k.transpose(-1, -2).", id="context_extension.divided_by_sqrt_dh"),
 ]
 
 _register(
@@ -339,20 +351,25 @@ _PARTIAL_MISTAKES = [
     Mistake(lambda x, p, rd: _partial(x, p, rd, exponent_dim=x.shape[-1]),
             "the exponent uses Dh, the whole head, instead of rotary_dim: your frequencies are "
             "base^(-2i/Dh). GPT-NeoX and GPT-J compute them over the rotated width only.",
-            "theta_i = 10000^(-2i / rotary_dim), i = 0 .. rotary_dim/2 - 1."),
+            "theta_i = 10000^(-2i / rotary_dim), i = 0 .. rotary_dim/2 - 1.",
+            id="context_extension.partial_exponent_uses_dh"),
     Mistake(lambda x, p, rd: _rope.apply_rope(x.double(), p),
             "you rotate the pass-through channels: every channel is turned, as in full RoPE.",
-            "turn only x[..., :rotary_dim]; x[..., rotary_dim:] must come back untouched."),
+            "turn only x[..., :rotary_dim]; x[..., rotary_dim:] must come back untouched.",
+            id="context_extension.partial_rotates_all"),
     Mistake(lambda x, p, rd: _partial(x, p, rd)[..., :rd],
             "you returned only the rotated channels; the pass-through channels are missing.",
-            "torch.cat((rotated, x[..., rotary_dim:]), dim=-1): the output has x's shape."),
+            "torch.cat((rotated, x[..., rotary_dim:]), dim=-1): the output has x's shape.",
+            id="context_extension.partial_drops_pass_through"),
     Mistake(lambda x, p, rd: _partial(x, p, rd, layout="half"),
             "inside the rotated part your pairs are (i, i + rotary_dim/2) (the half layout); this "
             "task uses the interleaved pairs (2i, 2i+1).",
-            "x[..., 0:rotary_dim:2] and x[..., 1:rotary_dim:2] are the two coordinates of each pair."),
+            "x[..., 0:rotary_dim:2] and x[..., 1:rotary_dim:2] are the two coordinates of each pair.",
+            id="context_extension.partial_half_layout"),
     Mistake(lambda x, p, rd: _partial(x, p, rd, sign=-1),
             "you rotate the wrong way, by -m theta_i (the transposed rotation).",
-            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos."),
+            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos.",
+            id="context_extension.partial_sign_flipped"),
 ]
 
 _register(

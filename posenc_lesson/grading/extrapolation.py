@@ -25,10 +25,12 @@ from ..lab.model import TinyDecoder
 from .judges import (
     ONE_THREAD,
     TABLE_MISTAKES,
+    Judged,
     Mistake,
     as_float_tensor,
     call,
     close,
+    diagnoses,
     draw,
     feedback,
     interleaved_to_concat,
@@ -73,8 +75,8 @@ def _terms_reference(scheme: str, x: Tensor, num_heads: int, table: Tensor) -> t
     return x.double(), None  # "none" and "rope": nothing added, no bias
 
 
-def _terms_problem(out: Any, case: tuple) -> str | None:
-    """What is wrong with one case's output, or None if it is right."""
+def _terms_problem(out: Any, case: tuple) -> tuple[str, str] | None:
+    """(id, what is wrong) with one case's output, or None if it is right."""
     scheme, x, num_heads, table = case
     t, d = x.shape[1], x.shape[2]
     raises = scheme not in ("none", "sinusoidal", "learned", "rope", "alibi") or (
@@ -86,12 +88,15 @@ def _terms_problem(out: Any, case: tuple) -> str | None:
         if error.startswith("ValueError"):
             return None
         if error:
-            return f"for scheme={scheme!r} ({why}) your code raised {error}; raise a ValueError."
-        return f"for scheme={scheme!r} ({why}) your code returned a result; raise a ValueError."
+            return ("extrapolation.terms_wrong_error",
+                    f"for scheme={scheme!r} ({why}) your code raised {error}; raise a ValueError.")
+        return ("extrapolation.terms_not_refused",
+                f"for scheme={scheme!r} ({why}) your code returned a result; raise a ValueError.")
     if is_marker(out, "error"):
-        return f"for scheme={scheme!r} your code raised {out['error']}."
+        return "generic.error", f"for scheme={scheme!r} your code raised {out['error']}."
     if not (isinstance(out, list) and len(out) == 2):
-        return f"for scheme={scheme!r} return a pair (x_in, bias); got {type_text(out)}."
+        return "generic.wrong_type", (f"for scheme={scheme!r} return a pair (x_in, bias); "
+                                      f"got {type_text(out)}.")
     x_ref, bias_ref = _terms_reference(*case)
     x_in, bias = as_float_tensor(out[0]), out[1]
     if not close(x_in, x_ref):
@@ -99,42 +104,53 @@ def _terms_problem(out: Any, case: tuple) -> str | None:
             extra = (" RoPE acts inside attention, turning queries and keys." if scheme == "rope" else
                      " ALiBi acts on the attention scores only." if scheme == "alibi" else
                      " NoPE gives the model no position signal at all.")
-            return f"for scheme={scheme!r} the embeddings must pass through unchanged.{extra}"
+            return ("extrapolation.terms_not_passed_through",
+                    f"for scheme={scheme!r} the embeddings must pass through unchanged.{extra}")
         concat = x.double() + interleaved_to_concat(pe_table(t, d)).double()
         if scheme == "sinusoidal" and close(x_in, concat):
-            return f"for scheme='sinusoidal': {TABLE_MISTAKES[2].diagnosis}"
+            return TABLE_MISTAKES[2].id, f"for scheme='sinusoidal': {TABLE_MISTAKES[2].diagnosis}"
         if scheme == "learned" and close(x_in, x.double() + table.double()[1:t + 1]):
-            return "for scheme='learned' the rows are off by one: token 0 gets row 0 of the table."
+            return ("extrapolation.terms_learned_off_by_one",
+                    "for scheme='learned' the rows are off by one: token 0 gets row 0 of the table.")
         if x_in is not None and x_in.shape != x_ref.shape:
-            return (f"for scheme={scheme!r} x_in should have x's shape {tuple(x_ref.shape)}; "
-                    f"got {tuple(x_in.shape)}.")
-        return f"for scheme={scheme!r} x_in has the wrong values."
+            return "generic.wrong_shape", (f"for scheme={scheme!r} x_in should have x's shape "
+                                           f"{tuple(x_ref.shape)}; got {tuple(x_in.shape)}.")
+        return "generic.wrong_unknown", f"for scheme={scheme!r} x_in has the wrong values."
     if bias_ref is None:
         if bias is not None:
-            return f"for scheme={scheme!r} there is no bias: return None as the second item."
+            return ("extrapolation.terms_extra_bias",
+                    f"for scheme={scheme!r} there is no bias: return None as the second item.")
         return None
     got = as_float_tensor(bias)
     if got is None:
-        return f"for scheme={scheme!r} the bias is missing: ALiBi adds -m_h |i - j| to the scores."
+        return ("extrapolation.terms_bias_missing",
+                f"for scheme={scheme!r} the bias is missing: ALiBi adds -m_h |i - j| to the scores.")
     if close(got, -bias_ref):
-        return "for scheme='alibi' the bias has the wrong sign: it must penalise distance."
+        return ("extrapolation.terms_bias_sign_flipped",
+                "for scheme='alibi' the bias has the wrong sign: it must penalise distance.")
     if tuple(got.shape) != tuple(bias_ref.shape):
-        return (f"for scheme='alibi' the bias should have shape (num_heads, T, T) = "
-                f"{tuple(bias_ref.shape)}; got {tuple(got.shape)}.")
+        return "generic.wrong_shape", (f"for scheme='alibi' the bias should have shape (num_heads, T, T) = "
+                                       f"{tuple(bias_ref.shape)}; got {tuple(got.shape)}.")
     if not close(got, bias_ref):
-        return "for scheme='alibi' the bias has the wrong values: -m_h |i - j| with the paper's slopes."
+        return ("generic.wrong_unknown",
+                "for scheme='alibi' the bias has the wrong values: -m_h |i - j| with the paper's slopes.")
     return None
 
 
-def _judge_terms(outputs: list, cases: list) -> tuple[float, str]:
+@diagnoses("extrapolation.terms_wrong_error", "extrapolation.terms_not_refused",
+           "extrapolation.terms_not_passed_through", TABLE_MISTAKES[2].id,
+           "extrapolation.terms_learned_off_by_one", "extrapolation.terms_extra_bias",
+           "extrapolation.terms_bias_missing", "extrapolation.terms_bias_sign_flipped")
+def _judge_terms(outputs: list, cases: list) -> Judged:
     problems = [_terms_problem(out, case) for out, case in zip(outputs, cases, strict=True)]
+    per_case = [p[0] if p else None for p in problems]
     wrong = [p for p in problems if p]
     if not wrong:
-        return 1.0, f"passed: all {len(cases)} cases match the library's TinyDecoder."
-    return 1 - len(wrong) / len(cases), feedback(
-        wrong[0] + (f" ({len(wrong) - 1} more case(s) wrong.)" if len(wrong) > 1 else ""),
+        return Judged(1.0, f"passed: all {len(cases)} cases match the library's TinyDecoder.", None, per_case)
+    return Judged(1 - len(wrong) / len(cases), feedback(
+        wrong[0][1] + (f" ({len(wrong) - 1} more case(s) wrong.)" if len(wrong) > 1 else ""),
         "only 'sinusoidal' and 'learned' add to the embeddings, only 'alibi' returns a bias; "
-        "anything else, or a learned table too short for T, is a ValueError.")
+        "anything else, or a learned table too short for T, is a ValueError."), wrong[0][0], per_case)
 
 
 register(Task(
@@ -193,29 +209,31 @@ def _order_sensitive(scheme: str, num_layers: int, last_only: bool = True) -> bo
     return not torch.allclose(a, b, atol=1e-5)
 
 
-def _judge_order(outputs: list, cases: list) -> tuple[float, str]:
+@diagnoses("extrapolation.order_every_position")
+def _judge_order(outputs: list, cases: list) -> Judged:
     truth = [_order_sensitive(*case) for case in cases]
     got = [bool(o) if isinstance(o, bool) else
            (bool(o.item()) if isinstance(o, Tensor) and o.numel() == 1 else None) for o in outputs]
     if got == truth:
-        return 1.0, f"passed: all {len(cases)} measurements agree with the reference."
+        return Judged(1.0, f"passed: all {len(cases)} measurements agree with the reference.", None)
     for out, case in zip(outputs, cases, strict=True):
         if is_marker(out, "error"):
-            return 0.0, feedback(f"your code raised {out['error']} for scheme={case[0]!r}, "
-                                 f"num_layers={case[1]}.", "build the model as the task says.")
+            return Judged(0.0, feedback(f"your code raised {out['error']} for scheme={case[0]!r}, "
+                                        f"num_layers={case[1]}.", "build the model as the task says."),
+                          "generic.error")
     if None in got:
         out = outputs[got.index(None)]
-        return 0.0, feedback(f"expected True or False, got {type_text(out)}.",
-                             "return a bool: bool(...) of your comparison.")
+        return Judged(0.0, feedback(f"expected True or False, got {type_text(out)}.",
+                                    "return a bool: bool(...) of your comparison."), "generic.wrong_type")
     if got == [_order_sensitive(*case, last_only=False) for case in cases]:
-        return 0.0, feedback(
+        return Judged(0.0, feedback(
             "you compared the logits at every position: positions 1 and 2 hold different tokens "
             "after the swap, so their outputs differ for any model.",
-            "compare the last position only, logits[0, -1].")
-    return 0.0, feedback(f"{sum(g != t for g, t in zip(got, truth, strict=True))} of {len(cases)} "
-                         "answers differ from the measurement.",
-                         "seed before building the model, put it in eval mode, swap tokens 1 and 2, "
-                         "and compare the last position's logits.")
+            "compare the last position only, logits[0, -1]."), "extrapolation.order_every_position")
+    return Judged(0.0, feedback(f"{sum(g != t for g, t in zip(got, truth, strict=True))} of {len(cases)} "
+                                "answers differ from the measurement.",
+                                "seed before building the model, put it in eval mode, swap tokens 1 and 2, "
+                                "and compare the last position's logits."), "generic.wrong_unknown")
 
 
 register(Task(
@@ -235,22 +253,27 @@ _PREDICTION_KEYS = ("none, 1 layer", "sinusoidal, 1 layer", "learned, 1 layer", 
                     "alibi, 1 layer", "none, 2 layers")
 
 
-def _judge_prediction(outputs: list, cases: list) -> tuple[float, str]:
+@diagnoses()
+def _judge_prediction(outputs: list, cases: list) -> Judged:
     (out,) = outputs
     if is_marker(out, "error"):
-        return 0.0, feedback(f"your code raised {out['error']}.", "return a dict of six bools.")
+        return Judged(0.0, feedback(f"your code raised {out['error']}.", "return a dict of six bools."),
+                      "generic.error")
     if not isinstance(out, dict) or sorted(out) != sorted(_PREDICTION_KEYS) or not all(
             isinstance(v, bool) for v in out.values()):
-        return 0.0, feedback("return a dict with exactly the six keys of the statement, each True or False.",
-                             f"the keys are {', '.join(repr(k) for k in _PREDICTION_KEYS)}.")
+        keys = ", ".join(repr(k) for k in _PREDICTION_KEYS)
+        return Judged(0.0, feedback("return a dict with exactly the six keys of the statement, each True or "
+                                    "False.", f"the keys are {keys}."), "generic.wrong_type")
     truth = {key: _order_sensitive(key.split(",")[0], int(key.split(", ")[1][0]))
              for key in _PREDICTION_KEYS}
     wrong = sum(out[key] != truth[key] for key in _PREDICTION_KEYS)
     if not wrong:
-        return 1.0, "passed: every prediction matches the measurement."
-    return 0.0, feedback(f"{wrong} of {len(_PREDICTION_KEYS)} predictions disagree with the measurement.",
-                         "a model is order-blind when its last output is a function of the *set* of "
-                         "earlier tokens; think about what the causal mask does in a second layer.")
+        return Judged(1.0, "passed: every prediction matches the measurement.", None)
+    return Judged(0.0, feedback(f"{wrong} of {len(_PREDICTION_KEYS)} predictions disagree with the "
+                                "measurement.",
+                                "a model is order-blind when its last output is a function of the *set* of "
+                                "earlier tokens; think about what the causal mask does in a second layer."),
+                  "generic.wrong_unknown")
 
 
 register(Task(
@@ -332,28 +355,32 @@ _ACCURACY_MISTAKES = [
             "you compared the prediction at position t with the token at t, the input the model "
             "already reads; position t predicts the next token, t + 1.",
             "the symbol x_k is predicted at position n + k and sits at position n + k + 1: compare "
-            "argmax(logits)[:, n + 1 : 2n + 1] with tokens[:, n + 2 : 2n + 2]."),
+            "argmax(logits)[:, n + 1 : 2n + 1] with tokens[:, n + 2 : 2n + 2].",
+            id="extrapolation.accuracy_same_position"),
     Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok) + 2, 2 * _n(tok) + 2),
                                          slice(_n(tok) + 2, 2 * _n(tok) + 2)),
             "you scored the positions of the second copy, n + 2 .. 2n + 1, against their own "
             "tokens: those positions predict the token after them, and the last one predicts nothing.",
             "x_1 is predicted at SEP (position n + 1), x_n at position 2n; the targets are the "
-            "tokens one place later."),
+            "tokens one place later.", id="extrapolation.accuracy_second_copy"),
     Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok), 2 * _n(tok)),
                                          slice(_n(tok) + 2, 2 * _n(tok) + 2)),
             "your predictions are one position early: the first scored one is at x_n (position n), "
             "not at SEP (position n + 1).",
-            "the prediction of x_k is the arg-max at position n + k, k = 1 .. n."),
+            "the prediction of x_k is the arg-max at position n + k, k = 1 .. n.",
+            id="extrapolation.accuracy_one_early"),
     Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok) + 1, 2 * _n(tok) + 1),
                                          slice(_n(tok) + 2, 2 * _n(tok) + 2), dim=1),
             "you averaged over the copied positions and returned one accuracy per sequence (B,).",
-            "average over the batch axis (dim=0): one accuracy per copied position, shape (n,)."),
+            "average over the batch axis (dim=0): one accuracy per copied position, shape (n,).",
+            id="extrapolation.accuracy_per_sequence"),
     Mistake(lambda tok, lg: _copy_accuracy(tok, lg).mean(),
             "you returned one number, the token accuracy over the whole copy.",
-            "keep the copied positions apart: average over the batch only, shape (n,)."),
+            "keep the copied positions apart: average over the batch only, shape (n,).",
+            id="extrapolation.accuracy_single_number"),
     Mistake(lambda tok, lg: _copy_accuracy(tok, lg) * tok.shape[0],
             "you returned counts of right predictions, not fractions.",
-            "divide by the batch size B (or take .float().mean(dim=0))."),
+            "divide by the batch size B (or take .float().mean(dim=0)).", id="extrapolation.accuracy_counts"),
 ]
 
 register(Task(

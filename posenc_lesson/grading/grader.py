@@ -91,13 +91,15 @@ class Grader:
                 why = str(exc) if isinstance(exc, InfrastructureError) else \
                     f"the grader failed: {short(exc)}"
                 row.status, row.reasons = "grader-error", [why]
-                row.tasks = [self._zero(t, f"not graded: {why}") for t in self.exercises[sub.exercise].tasks]
+                row.tasks = [self._zero(t, f"not graded: {why}", "generic.not_graded")
+                             for t in self.exercises[sub.exercise].tasks]
         row.seconds = time.monotonic() - t0
         return row
 
-    def _zero(self, task_id: str, why: str) -> TaskResult:
+    def _zero(self, task_id: str, why: str, mistake: str) -> TaskResult:
+        """0 points, ``why`` as the feedback, ``mistake`` a GENERIC id (tasks.GENERIC)."""
         task = self.checks.TASKS[task_id]
-        return TaskResult(task_id, task.title, 0.0, task.points, why)
+        return TaskResult(task_id, task.title, 0.0, task.points, why, mistake)
 
     def _grade(self, sub: Submission, row: Graded, t0: float) -> None:
         ex = self.exercises[sub.exercise]
@@ -108,7 +110,7 @@ class Grader:
         results, problems = self._execute(ex, plan, t0)
         for gid, why in plan.task_problems.items():
             if gid in self.checks.TASKS:
-                results[gid] = self._zero(gid, why)
+                results[gid] = self._zero(gid, why, "generic.missing_answer")
             problems.append(why)
         row.tasks = [results[t] for t in ex.tasks]
         row.reasons = problems + plan.notes + sub.notes
@@ -121,6 +123,7 @@ class Grader:
         pending = [t for t in ex.tasks if t not in plan.task_problems]
         results: dict[str, TaskResult] = {}
         cell_notes: dict[int, str] = {}  # step index -> what went wrong there
+        cell_ids: dict[int, str] = {}  # step index -> its GENERIC id
         excluded: set[int] = set()
         learner_ran = False
         with tempfile.TemporaryDirectory(prefix="s", dir=self.workdir) as tmp:
@@ -147,6 +150,7 @@ class Grader:
                                 f"the course's own cell {step.number} of {ex.stem} failed before any "
                                 f"of your code ran: {self._describe(reply)}")
                         cell_notes.setdefault(i, self._describe(reply))
+                        cell_ids.setdefault(i, self._outcome(reply))
                         if reply.notebook_limit:
                             break
                         if reply.kernel_gone:
@@ -160,7 +164,8 @@ class Grader:
                     for task_id in list(pending):
                         if time.monotonic() >= deadline:
                             break
-                        results[task_id], gone = self._test(kernel, ex, plan, task_id, cell_notes, deadline)
+                        results[task_id], gone = self._test(kernel, ex, plan, task_id, cell_notes, deadline,
+                                                            cell_ids)
                         pending.remove(task_id)
                         if gone:
                             break
@@ -173,7 +178,8 @@ class Grader:
             problems.append(f"{self._cell_name(plan.steps[i])} {note}")
         for task_id in pending:  # only left when the notebook ran out of time
             results[task_id] = self._zero(
-                task_id, f"not tested: the notebook ran past its {lim.notebook_timeout:g} s time limit")
+                task_id, f"not tested: the notebook ran past its {lim.notebook_timeout:g} s time limit",
+                "generic.timeout")
         if pending:
             problems.append(f"the notebook ran past its {lim.notebook_timeout:g} s time limit; "
                             f"untested: {', '.join(pending)}")
@@ -195,6 +201,11 @@ class Grader:
             return f"your solution cell {step.grade_id!r}"
         return f"the course's cell {step.number}"
 
+    @staticmethod
+    def _outcome(reply: Reply) -> str:
+        """The GENERIC id of a cell that did not run to its end."""
+        return {"error": "generic.error", "died": "generic.crash"}.get(reply.status, "generic.timeout")
+
     def _describe(self, reply: Reply) -> str:
         if reply.status == "error":
             return f"raised {reply.error}"
@@ -207,8 +218,8 @@ class Grader:
                     "interrupted; its kernel was killed and the cell skipped")
         return f"was stopped after {self.limits.cell_timeout:g} s (the per-cell time limit)"
 
-    def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str,
-              cell_notes: dict[int, str], deadline: float) -> tuple[TaskResult, bool]:
+    def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, cell_notes: dict[int, str],
+              deadline: float, cell_ids: dict[int, str]) -> tuple[TaskResult, bool]:
         """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
         task = self.checks.TASKS[task_id]
         cases = self.hidden(task_id)
@@ -222,44 +233,50 @@ class Grader:
             torch.save(self.checks.job(task_id, cases), data)
             job_inside = kernel.write(f"job-{task_id}.pt", data.getvalue())
         except OSError as exc:
-            return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})"), False
+            return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})",
+                              "generic.not_graded"), False
         code = (f"import posenc_lesson.grading.in_kernel as _g; "
                 f"_g.harvest({job_inside!r}, {inside!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
-        own_cell = next((note for i, note in cell_notes.items() if plan.steps[i].grade_id == task_id), "")
+        own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)
+        own_cell = cell_notes[own] if own is not None else ""
         if reply.status == "died":
             return self._zero(task_id, "calling your answer crashed the kernel (the Python process "
-                                       "exited or segfaulted)"), True
+                                       "exited or segfaulted)", "generic.crash"), True
         if reply.status == "timeout":
             why = ("calling your answer on the test inputs was stopped after "
                    f"{self.limits.cell_timeout:g} s (the per-cell time limit); look for an endless loop")
             if reply.notebook_limit:
                 why = f"not tested: the notebook ran past its {self.limits.notebook_timeout:g} s time limit"
-            return self._zero(task_id, why), reply.killed
+            return self._zero(task_id, why, "generic.timeout"), reply.killed
         if reply.status == "error":
-            return self._zero(task_id, f"testing your answer failed: {reply.error}"), False
+            why = f"testing your answer failed: {reply.error}"
+            return self._zero(task_id, why, "generic.test_failed"), False
         try:
             saved = read_outputs(path)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
-                                       f"({short(exc)})"), False
+                                       f"({short(exc)})", "generic.test_failed"), False
         if not isinstance(saved, dict) or ("outputs" not in saved and "missing" not in saved):
-            return self._zero(task_id, "testing your answer failed: its outputs are malformed"), False
+            return self._zero(task_id, "testing your answer failed: its outputs are malformed",
+                              "generic.test_failed"), False
         if "missing" in saved:
             if own_cell:
                 why = f"your solution cell {own_cell}, so {task.entry!r} was never defined"
-            else:
-                why = f"your notebook does not define {task.entry!r}: the solution cell must define it"
-            return self._zero(task_id, why), False
+                return self._zero(task_id, why, cell_ids.get(own, "generic.error")), False
+            why = f"your notebook does not define {task.entry!r}: the solution cell must define it"
+            return self._zero(task_id, why, "generic.missing_answer"), False
         try:
-            points, max_points, feedback = self.checks.score(task_id, saved["outputs"], cases)
+            points, max_points, feedback, mistake, per_case = self.checks.assess(task_id, saved["outputs"],
+                                                                                 cases)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: could not score its outputs "
-                                       f"({short(exc)})"), False
+                                       f"({short(exc)})", "generic.judge_failed"), False
         points = min(max(float(points), 0.0), float(max_points))
         if own_cell:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
-        return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback), False
+        return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback, mistake,
+                          per_case), False
 
 
 # --------------------------------------------------------------------------------------

@@ -7,16 +7,20 @@ three sequences that fit and one longer than max_len (which must raise a ValueEr
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from .judges import (
     MODULE_TABLE,
     SINUSOIDAL_FORBIDDEN,
     TABLE_MISTAKES,
+    Judged,
     Mistake,
     as_float_tensor,
     call,
     close,
+    diagnoses,
     draw,
     feedback,
     interleaved_to_concat,
@@ -50,65 +54,67 @@ _LEARNED_HINT = ("store the table as self.table = nn.Parameter(...) of shape (ma
                  "forward(x) checks T = x.shape[1] against max_len and returns x + table[:T].")
 
 
-def _judge_learned(outputs: list, cases: list) -> tuple[float, str]:
-    problems: list[str] = []
-    passed = 0
-    for out, (max_len, d_model, x, table) in zip(outputs, cases, strict=True):
-        t = x.shape[1]
-        where = f"max_len={max_len}, d_model={d_model}, x of shape {tuple(x.shape)}"
-        if is_marker(out, "error") and "out" not in out and "table_shape" not in out:
-            problems.append(f"building or calling your module raised {out['error']} ({where}).")
-            continue
-        if not isinstance(out, dict):
-            problems.append(f"could not read your module's result ({where}).")
-            continue
-        if not_implemented(out):
-            return 0.0, NOT_IMPLEMENTED
-        if not out.get("is_module"):
-            problems.append("your class is not an nn.Module: subclass torch.nn.Module so the "
-                            "table is trained and saved with the model.")
-            continue
-        if out.get("table_shape") != [max_len, d_model]:
-            problems.append(f"self.table should have shape ({max_len}, {d_model}) = (max_len, d_model); "
-                            f"got {out.get('table_shape')}.")
-            continue
-        if not out.get("is_parameter"):
-            problems.append("self.table is a plain tensor, not an nn.Parameter: the optimiser "
-                            "would never update it.")
-            continue
-        if t > max_len:
-            error = out.get("error", "")
-            if error.startswith("ValueError"):
-                passed += 1
-            elif error:
-                problems.append(f"for T={t} > max_len={max_len} your module raised {error}; raise a "
-                                f"ValueError yourself, with a message naming T and max_len.")
-            else:
-                problems.append(f"for T={t} > max_len={max_len} your module returned a result; a "
-                                f"learned table has no rows past max_len, so raise a ValueError.")
-            continue
-        if "error" in out:
-            problems.append(f"your forward raised {out['error']} ({where}).")
-            continue
-        got = as_float_tensor(out.get("out"))
-        expected = x.double() + table.double()[:t]
-        if close(got, expected):
-            passed += 1
-        elif got is not None and close(got, table.double()[:t].expand_as(expected)):
-            problems.append("your forward returns the position vectors only; add them to x.")
-        elif got is not None and close(got, x.double()):
-            problems.append("your forward returns x unchanged; add the table's first T rows.")
-        elif got is not None and t < max_len and close(got, x.double() + table.double()[1:t + 1]):
-            problems.append("the positions are off by one: token 0 must get row 0 of the table.")
-        elif got is not None and tuple(got.shape) != tuple(expected.shape):
-            problems.append(f"wrong shape for {where}: expected {tuple(expected.shape)}, "
-                            f"got {tuple(got.shape)}.")
-        else:
-            problems.append(f"wrong values for {where}: expected x plus the first T rows of the table.")
-    fraction = passed / len(cases)
-    if not problems:
-        return 1.0, f"passed: all {len(cases)} cases behave as expected."
-    return fraction, feedback(problems[0], _LEARNED_HINT)
+def _learned_problem(out: Any, case: tuple) -> tuple[str, str] | None:
+    """(id, what is wrong) with one case's result, or None if it is right."""
+    max_len, d_model, x, table = case
+    t = x.shape[1]
+    where = f"max_len={max_len}, d_model={d_model}, x of shape {tuple(x.shape)}"
+    if is_marker(out, "error") and "out" not in out and "table_shape" not in out:
+        return "generic.error", f"building or calling your module raised {out['error']} ({where})."
+    if not isinstance(out, dict):
+        return "generic.wrong_type", f"could not read your module's result ({where})."
+    if not out.get("is_module"):
+        return "learned.not_a_module", ("your class is not an nn.Module: subclass torch.nn.Module so the "
+                                        "table is trained and saved with the model.")
+    if out.get("table_shape") != [max_len, d_model]:
+        return "learned.table_wrong_shape", (f"self.table should have shape ({max_len}, {d_model}) = "
+                                             f"(max_len, d_model); got {out.get('table_shape')}.")
+    if not out.get("is_parameter"):
+        return "learned.table_not_parameter", ("self.table is a plain tensor, not an nn.Parameter: the "
+                                               "optimiser would never update it.")
+    if t > max_len:
+        error = out.get("error", "")
+        if error.startswith("ValueError"):
+            return None
+        if error:
+            return "learned.too_long_wrong_error", (f"for T={t} > max_len={max_len} your module raised "
+                                                    f"{error}; raise a ValueError yourself, with a message "
+                                                    "naming T and max_len.")
+        return "learned.too_long_not_refused", (f"for T={t} > max_len={max_len} your module returned a "
+                                                "result; a learned table has no rows past max_len, so "
+                                                "raise a ValueError.")
+    if "error" in out:
+        return "generic.error", f"your forward raised {out['error']} ({where})."
+    got = as_float_tensor(out.get("out"))
+    expected = x.double() + table.double()[:t]
+    if close(got, expected):
+        return None
+    if got is not None and close(got, table.double()[:t].expand_as(expected)):
+        return "learned.positions_only", "your forward returns the position vectors only; add them to x."
+    if got is not None and close(got, x.double()):
+        return "learned.table_not_added", "your forward returns x unchanged; add the table's first T rows."
+    if got is not None and t < max_len and close(got, x.double() + table.double()[1:t + 1]):
+        return "learned.positions_off_by_one", ("the positions are off by one: token 0 must get row 0 of "
+                                                "the table.")
+    if got is not None and tuple(got.shape) != tuple(expected.shape):
+        return "generic.wrong_shape", (f"wrong shape for {where}: expected {tuple(expected.shape)}, "
+                                       f"got {tuple(got.shape)}.")
+    return "generic.wrong_unknown", (f"wrong values for {where}: expected x plus the first T rows of the "
+                                     "table.")
+
+
+@diagnoses("learned.not_a_module", "learned.table_wrong_shape", "learned.table_not_parameter",
+           "learned.too_long_wrong_error", "learned.too_long_not_refused", "learned.positions_only",
+           "learned.table_not_added", "learned.positions_off_by_one")
+def _judge_learned(outputs: list, cases: list) -> Judged:
+    if any(isinstance(out, dict) and not_implemented(out) for out in outputs):
+        return Judged(0.0, NOT_IMPLEMENTED, "generic.not_implemented")
+    problems = [_learned_problem(out, case) for out, case in zip(outputs, cases, strict=True)]
+    per_case = [p[0] if p else None for p in problems]
+    wrong = [p for p in problems if p]
+    if not wrong:
+        return Judged(1.0, f"passed: all {len(cases)} cases behave as expected.", None, per_case)
+    return Judged(1 - len(wrong) / len(cases), feedback(wrong[0][1], _LEARNED_HINT), wrong[0][0], per_case)
 
 
 register(Task(
@@ -147,13 +153,14 @@ register(Task(
     run=call,
     judge=tensor_judge(_add_table, [
         Mistake(lambda x: x + interleaved_to_concat(pe_table(x.shape[1], x.shape[2])),
-                TABLE_MISTAKES[2].diagnosis, TABLE_MISTAKES[2].hint),
+                TABLE_MISTAKES[2].diagnosis, TABLE_MISTAKES[2].hint, id=TABLE_MISTAKES[2].id),
         Mistake(lambda x: x + pe_table(x.shape[1], x.shape[2], base=100.0),
-                TABLE_MISTAKES[0].diagnosis, TABLE_MISTAKES[0].hint),
+                TABLE_MISTAKES[0].diagnosis, TABLE_MISTAKES[0].hint, id=TABLE_MISTAKES[0].id),
         Mistake(lambda x: x + swap_pairs(pe_table(x.shape[1], x.shape[2])),
-                TABLE_MISTAKES[3].diagnosis, TABLE_MISTAKES[3].hint),
+                TABLE_MISTAKES[3].diagnosis, TABLE_MISTAKES[3].hint, id=TABLE_MISTAKES[3].id),
         Mistake(lambda x: pe_table(x.shape[1], x.shape[2]).expand_as(x),
-                "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D)."),
+                "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D).",
+                id="learned.returned_table_only"),
     ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
     hidden=_concat_cases,
 ))

@@ -20,9 +20,11 @@ from .judges import (
     ATOL,
     ATTENTION_FORBIDDEN,
     RTOL,
+    Judged,
     attention_mistakes,
     call,
     describe,
+    diagnoses,
     draw,
     feedback,
     randn,
@@ -111,23 +113,25 @@ def _equivariant(f: Callable, x: Tensor, perm: Tensor) -> bool:
 
 _NOT_PERMUTED_ALIKE = ("your answers match comparing f(x[perm]) with an output that is not permuted "
                        "the same way: f(x) unpermuted, or f(x) permuted with the inverse permutation.")
-_PERMUTATION_MISTAKES: list[tuple[Callable[[Callable, Tensor, Tensor], bool], str, str]] = [
+# (the answer this wrong comparison gives, diagnosis, hint, id)
+_PERMUTATION_MISTAKES: list[tuple[Callable[[Callable, Tensor, Tensor], bool], str, str, str]] = [
     (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x)[torch.argsort(p)], rtol=RTOL, atol=ATOL)),
      _NOT_PERMUTED_ALIKE,
      "an equivariant f moves its output rows along with the input rows: apply the same perm to "
-     "both sides, f(x[perm]) versus f(x)[perm]."),
+     "both sides, f(x[perm]) versus f(x)[perm].", "permutation.not_permuted_alike"),
     (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x), rtol=RTOL, atol=ATOL)),
      _NOT_PERMUTED_ALIKE,
      "an equivariant f moves its output rows along with the input rows: apply the same perm to "
-     "both sides, f(x[perm]) versus f(x)[perm]."),
+     "both sides, f(x[perm]) versus f(x)[perm].", "permutation.not_permuted_alike"),
     (lambda f, x, p: bool(torch.equal(f(x[p]), f(x)[p])),
      "your answers match an exact comparison (==): sums taken in a different order differ in "
      "the last bits.",
-     "compare floats with a tolerance: torch.allclose(a, b, atol=1e-5)."),
+     "compare floats with a tolerance: torch.allclose(a, b, atol=1e-5).", "permutation.exact_comparison"),
 ]
 
 
-def _judge_permutation(outputs: list, cases: list) -> tuple[float, str]:
+@diagnoses(*dict.fromkeys(m[3] for m in _PERMUTATION_MISTAKES))
+def _judge_permutation(outputs: list, cases: list) -> Judged:
     refs = [_equivariant(*case) for case in cases]
     got: list[bool | None] = []
     for out in outputs:
@@ -138,22 +142,24 @@ def _judge_permutation(outputs: list, cases: list) -> tuple[float, str]:
         else:
             got.append(None)
     if got == refs:
-        return 1.0, f"passed: all {len(cases)} functions classified correctly."
+        return Judged(1.0, f"passed: all {len(cases)} functions classified correctly.", None)
     for n, out in enumerate(outputs):
         if is_marker(out, "error"):
-            return 0.0, feedback(f"your code raised {out['error']}\n  for f={describe(cases[n][0])}.",
-                                 "index the token axis: x[perm] permutes the rows of a (T, D) x.")
+            return Judged(0.0, feedback(f"your code raised {out['error']}\n  for f={describe(cases[n][0])}.",
+                                        "index the token axis: x[perm] permutes the rows of a (T, D) x."),
+                          "generic.error")
         if got[n] is None:
-            return 0.0, feedback(f"expected True or False, got {type_text(out)} for "
-                                 f"f={describe(cases[n][0])}.",
-                                 "return a bool, e.g. bool(torch.allclose(a, b, atol=1e-5)).")
-    for rule, diagnosis, hint in _PERMUTATION_MISTAKES:
+            return Judged(0.0, feedback(f"expected True or False, got {type_text(out)} for "
+                                        f"f={describe(cases[n][0])}.",
+                                        "return a bool, e.g. bool(torch.allclose(a, b, atol=1e-5))."),
+                          "generic.wrong_type")
+    for rule, diagnosis, hint, mistake in _PERMUTATION_MISTAKES:
         if got == [rule(*case) for case in cases]:
-            return 0.0, feedback(diagnosis, hint)
+            return Judged(0.0, feedback(diagnosis, hint), mistake)
     wrong = [describe(cases[n][0]) for n in range(len(cases)) if got[n] != refs[n]]
-    return 0.0, feedback(f"wrong answer for f = {', '.join(wrong)}.",
-                         "permute the tokens of x, apply f, and compare with f(x) permuted the "
-                         "same way, with a tolerance.")
+    return Judged(0.0, feedback(f"wrong answer for f = {', '.join(wrong)}.",
+                                "permute the tokens of x, apply f, and compare with f(x) permuted the "
+                                "same way, with a tolerance."), "generic.wrong_unknown")
 
 
 register(Task(

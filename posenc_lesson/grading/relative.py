@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import relative as _relative
-from .judges import Mistake, call, seeded, tensor_judge
+from .judges import Mistake, call, diagnoses, seeded, tensor_judge
 from .tasks import Task, register
 
 # --------------------------------------------------------------------------------------
@@ -54,28 +54,31 @@ _INDEX_MISTAKES = [
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o, sign=-1).clamp(-k, k) + k,
             "your offsets are i - j (query minus key); Shaw et al. and T5 use j - i, key minus "
             "query, so that a key in the past has a negative offset and lands in the low rows.",
-            "offset = key position - query position = j - (i + q_offset)."),
+            "offset = key position - query position = j - (i + q_offset).",
+            id="relative.offset_sign_flipped"),
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o).clamp(-k, k),
             "your values are the clipped offsets themselves, in [-k, k]; the table has rows 0 .. 2k.",
-            "shift by + k after clipping: row 0 is offset -k, row k the token itself, row 2k offset +k."),
+            "shift by + k after clipping: row 0 is offset -k, row k the token itself, row 2k offset +k.",
+            id="relative.index_not_shifted"),
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o) + k,
             "the offsets are not clipped: a key more than k tokens away gets a row the table does not "
             "have.",
-            "clamp j - i to [-k, k] (torch.clamp or .clamp(-k, k)) before adding k."),
+            "clamp j - i to [-k, k] (torch.clamp or .clamp(-k, k)) before adding k.",
+            id="relative.offsets_not_clipped"),
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o).clamp(-(k - 1), k - 1) + k,
             "you clip to [-(k - 1), k - 1]: offsets -k and +k get no row of their own.",
-            "the clip is inclusive, clip(j - i, -k, k): 2k + 1 rows."),
+            "the clip is inclusive, clip(j - i, -k, k): 2k + 1 rows.", id="relative.clipped_too_narrow"),
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o, query_shift=0).clamp(-k, k) + k,
             "you ignore q_offset: query row i sits at position i + q_offset (the tokens cached "
             "before the queries).",
-            "use j - (i + q_offset)."),
+            "use j - (i + q_offset).", id="relative.ignores_q_offset"),
     Mistake(lambda q, kl, k, o: _offsets(q, kl, o, query_shift=-1).clamp(-k, k) + k,
             "q_offset has the wrong sign: query row i sits at position i + q_offset, so its offset "
             "to key j is j - i - q_offset.",
-            "add q_offset to the query positions, not to the keys."),
+            "add q_offset to the query positions, not to the keys.", id="relative.q_offset_sign_flipped"),
     Mistake(lambda q, kl, k, o: (_offsets(q, kl, o).clamp(-k, k) + k).T,
             "your index is transposed: shape (k_len, q_len).",
-            "one row per query, one column per key: shape (q_len, k_len)."),
+            "one row per query, one column per key: shape (q_len, k_len).", id="relative.index_transposed"),
 ]
 
 register(Task(
@@ -151,27 +154,31 @@ _SHAW_MISTAKES = [
     Mistake(_shaw(scale="none"),
             "the scores are not divided by sqrt(Dh).",
             "Shaw et al. keep the Transformer's scaling: divide the whole sum by sqrt(Dh), "
-            "Dh = q.shape[-1]."),
+            "Dh = q.shape[-1].", id="relative.shaw_not_scaled"),
     Mistake(_shaw(scale="content"),
             "only q_i . k_j is divided by sqrt(Dh); the relative term q_i . a^K_ij is added unscaled.",
-            "eq. 4 divides the sum: (q_i . k_j + q_i . a^K_ij) / sqrt(Dh)."),
+            "eq. 4 divides the sum: (q_i . k_j + q_i . a^K_ij) / sqrt(Dh).",
+            id="relative.shaw_relative_term_unscaled"),
     Mistake(_shaw(index_sign=-1),
             "the table is indexed with i - j: every row is mirrored (the key 2 tokens back reads the "
             "row of the key 2 tokens ahead).",
-            "the row for the pair (i, j) is clip(j - i, -k, k) + k: key minus query."),
+            "the row for the pair (i, j) is clip(j - i, -k, k) + k: key minus query.",
+            id="relative.shaw_index_mirrored"),
     Mistake(_shaw(shift=False),
             "the table is indexed with clip(j - i, -k, k) without + k: negative offsets wrap around to "
             "the end of the table.",
-            "row 0 holds offset -k: index with clip(j - i, -k, k) + k."),
+            "row 0 holds offset -k: index with clip(j - i, -k, k) + k.",
+            id="relative.shaw_index_not_shifted"),
     Mistake(_shaw(relative=False),
             "the key table is never used: these are plain attention scores.",
-            "add q_i . a^K_ij, where a^K_ij = key_table[clip(j - i, -k, k) + k]."),
+            "add q_i . a^K_ij, where a^K_ij = key_table[clip(j - i, -k, k) + k].",
+            id="relative.shaw_table_unused"),
     Mistake(_shaw(content=False),
             "the content term q_i . k_j is missing: only the position term is left.",
-            "e_ij = (q_i . k_j + q_i . a^K_ij) / sqrt(Dh): both terms."),
+            "e_ij = (q_i . k_j + q_i . a^K_ij) / sqrt(Dh): both terms.", id="relative.shaw_content_missing"),
     Mistake(_shaw(softmax=True),
             "you returned the attention weights (a softmax over the keys), not the scores.",
-            "return e_ij before the softmax."),
+            "return e_ij before the softmax.", id="relative.shaw_returned_weights"),
 ]
 
 register(Task(
@@ -242,14 +249,16 @@ def _b(**wrong: Any):
     return lambda rel, bi, nb, md: _bucket(rel, bi, nb, md, **wrong)
 
 
-def _boundary_only(got: Tensor, case: tuple) -> str | None:
+@diagnoses("relative.bucket_boundary_rounding")
+def _boundary_only(got: Tensor, case: tuple) -> tuple[str, str] | None:
     """Right except at a few log-region boundaries, by one: float64 or another order of operations."""
     ref = _bucket_ref(*case).double()
     if got.shape != ref.shape:
         return None
     diff = (got - ref).abs()
     if 0 < int((diff > 0).sum()) <= 3 and float(diff.max()) == 1.0:
-        return ("your buckets differ from T5's by one at a few exact boundaries of the log-spaced region: "
+        return ("relative.bucket_boundary_rounding",
+                "your buckets differ from T5's by one at a few exact boundaries of the log-spaced region: "
                 "T5 computes the log term in float32, in the order of the formula, and rounds down")
     return None
 
@@ -259,31 +268,36 @@ _BUCKET_MISTAKES = [
             "you bucket i - j (query minus key); the offset is j - i, key minus query. Past keys land "
             "in the upper (future) half, or, in a decoder, all in bucket 0.",
             "relative_position is already j - i: a key in the past is negative. Mesh TensorFlow's code "
-            "negates it first (its n = i - j); if you ported that, keep the minus sign."),
+            "negates it first (its n = i - j); if you ported that, keep the minus sign.",
+            id="relative.bucket_sign_flipped"),
     Mistake(_b(split=False),
             "the sign split is missing: in bidirectional mode a key after the query (j > i) must use the "
             "upper half of the buckets.",
-            "bucket += num_buckets // 2 where j - i > 0, and measure the distance as |j - i|."),
+            "bucket += num_buckets // 2 where j - i > 0, and measure the distance as |j - i|.",
+            id="relative.bucket_no_sign_split"),
     Mistake(_b(halve=False),
             "in bidirectional mode each direction gets only num_buckets // 2 buckets; you gave each the "
             "full num_buckets.",
-            "halve num_buckets first, then max_exact = (num_buckets // 2) // 2."),
+            "halve num_buckets first, then max_exact = (num_buckets // 2) // 2.",
+            id="relative.bucket_not_halved"),
     Mistake(_b(cap=False),
             "no cap at the last bucket: distances from max_distance on must all share bucket "
             "N - 1 (N = buckets per direction); yours keep growing.",
-            "take min(bucket, N - 1) of the log-spaced value."),
+            "take min(bucket, N - 1) of the log-spaced value.", id="relative.bucket_not_capped"),
     Mistake(_b(exact_end=-1),
             "the exact region is off by one: distance max_exact - 1 should still get its own bucket.",
-            "distances n < max_exact (max_exact = N // 2) are their own bucket: bucket = n."),
+            "distances n < max_exact (max_exact = N // 2) are their own bucket: bucket = n.",
+            id="relative.bucket_exact_off_by_one"),
     Mistake(_b(collapse_future=False),
             "in a decoder (bidirectional=False) keys at or after the query (j >= i) must all get "
             "bucket 0; you bucket |j - i|.",
-            "one-way distance n = max(i - j, 0) = max(-(j - i), 0)."),
+            "one-way distance n = max(i - j, 0) = max(-(j - i), 0).",
+            id="relative.bucket_future_not_collapsed"),
     Mistake(_b(dtype=torch.float64),
             "your log term is computed in float64: at a few exact boundaries T5's float32 rounds to "
             "the other bucket.",
             "T5 (and every checkpoint trained with it) computes log(n / max_exact) on float32 values: "
-            "use n.float()."),
+            "use n.float().", id="relative.bucket_log_in_float64"),
 ]
 
 _BUCKET_HINT = ("N = num_buckets // 2 if bidirectional else num_buckets, max_exact = N // 2; n < max_exact: "

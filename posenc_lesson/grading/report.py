@@ -2,7 +2,9 @@
 
 A :class:`Graded` row holds one submission's :class:`TaskResult` list, its status, the
 reasons for it and its review flags; the reports are written atomically (a ``.part`` file,
-then a rename).
+then a rename). Each task's result carries the id of the mistake its feedback names
+(``mistake``: ``rope.layout_swapped``, ``generic.error``, ..., None when right) and, where the
+judge tells the hidden cases apart, one id per case (``case_mistakes``); the JSON stores both.
 
 A *flag* is a note for the instructor, never a change of score: a dict with ``kind`` (a short
 word, e.g. "duplicate"), ``grade_id`` (the solution cell it is about, or None), ``line``
@@ -32,6 +34,8 @@ class TaskResult:
     score: float
     max_score: int
     feedback: str
+    mistake: str | None = None  # the diagnosis's id (tasks.GENERIC or a topic's Mistake.id); None: right
+    case_mistakes: list[str | None] | None = None  # one id (or None) per hidden case, where the judge tells
 
 
 @dataclass
@@ -63,7 +67,8 @@ class Graded:
             "file": self.file, "status": self.status, "reason": "; ".join(self.reasons),
             "score": self.score, "max_score": self.max_score,
             "tasks": [{"id": t.id, "name": t.name, "score": t.score, "max_score": t.max_score,
-                       "feedback": t.feedback} for t in self.tasks],
+                       "feedback": t.feedback, "mistake": t.mistake, "case_mistakes": t.case_mistakes}
+                      for t in self.tasks],
             "seconds": round(self.seconds, 2), "seed": self.seed,
             "flags": [dict(f) for f in self.flags],
         })

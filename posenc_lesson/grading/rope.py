@@ -80,35 +80,41 @@ def _rope_mistakes(layout: str) -> list[Mistake]:
                 f"this task pairs channels {pairs[layout]}."
                 + (" x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair."
                    if layout == "interleaved" else
-                   " The first half of the channels and the second half are the two coordinates.")),
+                   " The first half of the channels and the second half are the two coordinates."),
+                id="rope.layout_swapped"),
         Mistake(lambda x, p: _rope_ref(x, -p, layout),
                 "the sign is flipped: you rotate by -m theta_i (the transposed rotation).",
                 "x'_a = x_a cos - x_b sin and x'_b = x_a sin + x_b cos: the minus sign goes on "
-                "the first coordinate's update."),
+                "the first coordinate's update.", id="rope.sign_flipped"),
         Mistake(lambda x, p: _rope_ref(x, p, layout, base=100.0),
                 "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh) instead of "
                 "10000^(-2i/Dh).",
-                "i counts pairs, i = 0 .. Dh/2-1, and the exponent is -2i/Dh."),
+                "i counts pairs, i = 0 .. Dh/2-1, and the exponent is -2i/Dh.", id="rope.exponent_factor_2"),
         Mistake(lambda x, p: _rope_ref(x, p, layout, base=1e8),
                 "the exponent is twice too large: theta_i = 10000^(-4i/Dh).",
-                "torch.arange(0, Dh, 2) already holds 2i."),
+                "torch.arange(0, Dh, 2) already holds 2i.", id="rope.exponent_twice_too_large"),
         Mistake(lambda x, p: _rope_ref(x, p + 1, layout),
                 "the positions are off by one: you rotate token m by (m + 1) theta_i.",
-                "use the positions you are given as they are; they are 0-based."),
+                "use the positions you are given as they are; they are 0-based.",
+                id="rope.positions_plus_one"),
         Mistake(lambda x, p: _rope_ref(x, p - 1, layout),
                 "the positions are off by one: you rotate token m by (m - 1) theta_i.",
-                "use the positions you are given as they are; they are 0-based."),
+                "use the positions you are given as they are; they are 0-based.",
+                id="rope.positions_minus_one"),
         Mistake(lambda x, p: _rope_ref(x, torch.arange(x.shape[-2]), layout),
                 "you ignore the positions argument and rotate by 0 .. T-1.",
-                "rotate token t by positions[t] * theta_i (with a KV cache they do not start at 0)."),
+                "rotate token t by positions[t] * theta_i (with a KV cache they do not start at 0).",
+                id="rope.ignores_positions"),
         Mistake(lambda x, p: _rope_mixed(x, p, "half" if layout == "interleaved" else "interleaved"),
                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
                 "rotation pairs channels the other way.",
-                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}.",
+                id="rope.pairing_mixed"),
         Mistake(lambda x, p: _rope_mixed(x, p, layout),
                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
                 "rotation pairs channels the other way.",
-                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."),
+                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}.",
+                id="rope.pairing_mixed"),
     ]
 
 
@@ -148,17 +154,17 @@ register(Task(
         Mistake(lambda m, dh: _rope_matrix(-m, dh),
                 "the sign is flipped: your matrix is R_m transposed, a rotation by -m theta_i.",
                 "each block is [[cos, -sin], [sin, cos]] acting on a column vector: the minus "
-                "sign is in the first row."),
+                "sign is in the first row.", id="rope.matrix_transposed"),
         Mistake(lambda m, dh: half_block(_rope_matrix(m, dh)),
                 "your blocks pair channel i with i + Dh/2 (the half layout); this task asks for "
                 "the interleaved one.",
-                "put block i at rows and columns 2i and 2i+1."),
+                "put block i at rows and columns 2i and 2i+1.", id="rope.matrix_half_layout"),
         Mistake(lambda m, dh: _rope_matrix(m, dh, base=100.0),
                 "the exponent is off by a factor of 2: theta_i = 10000^(-i/Dh).",
-                "theta_i = 10000^(-2i/Dh), i = 0 .. Dh/2-1."),
+                "theta_i = 10000^(-2i/Dh), i = 0 .. Dh/2-1.", id="rope.exponent_factor_2"),
         Mistake(lambda m, dh: _rope_matrix(m + 1, dh),
                 "the position is off by one: you rotate by (m + 1) theta_i.",
-                "position m turns pair i by exactly m * theta_i."),
+                "position m turns pair i by exactly m * theta_i.", id="rope.matrix_position_plus_one"),
     ], ("position", "head_dim"), "R_m is block-diagonal; block i rotates channels (2i, 2i+1) by "
                                  "m * theta_i, so that R_m @ x is RoPE applied to x at position m.",
         symptom=not_a_rotation),
@@ -197,15 +203,17 @@ register(Task(
                 "you converted the other way, from the half layout to the interleaved one "
                 "(the inverse permutation).",
                 "row 2i of a head goes to row i, row 2i+1 to row i + Dh/2: the new order lists "
-                "the even rows first, then the odd ones."),
+                "the even rows first, then the odd ones.", id="rope.converted_backwards"),
         Mistake(lambda w, h: _convert(w, 1),
                 "you permuted all the rows as if there were one head: each head must be "
                 "permuted on its own.",
-                "reshape the rows to (num_heads, Dh, ...), permute the Dh axis, reshape back."),
+                "reshape the rows to (num_heads, Dh, ...), permute the Dh axis, reshape back.",
+                id="rope.converted_as_one_head"),
         Mistake(lambda w, h: _convert(w.T, h).T if w.dim() == 2 else _convert(w, h),
                 "you permuted the columns (the input features); the layout lives in the rows "
                 "(the output features of the projection).",
-                "nn.Linear.weight has shape (out_features, in_features); permute axis 0."),
+                "nn.Linear.weight has shape (out_features, in_features); permute axis 0.",
+                id="rope.permuted_columns"),
     ], ("weight", "num_heads"), "per head, reorder the Dh output rows so that interleaved pair "
                                 "(2i, 2i+1) becomes half pair (i, i + Dh/2)."),
 ))

@@ -72,17 +72,19 @@ register(Task(
     judge=tensor_judge(_wavelengths, [
         Mistake(lambda d: _sinusoidal.sinusoidal_frequencies(d),
                 "you returned the angular frequencies omega_i, not the wavelengths.",
-                "a wave sin(pos * omega) repeats every 2 pi / omega positions."),
+                "a wave sin(pos * omega) repeats every 2 pi / omega positions.",
+                id="sinusoidal.returned_frequencies"),
         Mistake(lambda d: _wavelengths(d) / (2 * math.pi),
                 "your wavelengths are 2 pi times too short: 10000^(2i/d_model) is 1/omega_i, in "
                 "positions per radian.",
-                "one full turn is 2 pi radians: lambda_i = 2 pi / omega_i."),
+                "one full turn is 2 pi radians: lambda_i = 2 pi / omega_i.",
+                id="sinusoidal.wavelength_missing_2pi"),
         Mistake(lambda d: _wavelengths(d, base=100.0),
                 "the exponent is off by a factor of 2: 10000^(i/d_model) instead of 10000^(2i/d_model).",
-                "i counts channel pairs; the exponent is 2i/d_model."),
+                "i counts channel pairs; the exponent is 2i/d_model.", id="sinusoidal.exponent_factor_2"),
         Mistake(lambda d: _wavelengths(d, base=1e8),
                 "the exponent is twice too large: 10000^(4i/d_model).",
-                "torch.arange(0, d_model, 2) already holds 2i."),
+                "torch.arange(0, d_model, 2) already holds 2i.", id="sinusoidal.exponent_twice_too_large"),
     ], ("d_model",), "lambda_i = 2 pi * 10000^(2i/d_model), one per channel pair, shape (d_model // 2,)."),
     hidden=_hidden_widths,
 ))

@@ -10,12 +10,22 @@ Grading is split in two so that nothing a learner's code does can change a compa
 
     outputs = outputs_of(task_id, fn)    # runs the learner's code (inside their kernel)
     points, max_points, feedback = score(task_id, outputs)   # pure: no learner code runs
+    result = assess(task_id, outputs)    # the same, with the diagnosis's id (Assessment)
 
 ``outputs_of`` returns plain data (tensors, numbers, strings, lists, dicts); exceptions
 come back as ``{"error": "Type: message"}``. ``score`` calls the task's judge, which
 recomputes the reference answers from the library in its own process, compares with explicit
 tolerances and, when an answer is wrong, names the likely mistake and gives a hint
 (``posenc_lesson.grading.judges``). It never prints the right answer.
+
+Every diagnosis has a stable id, ``<topic>.<snake_case>``: a known mistake's id is defined next
+to it in its topic file (``rope.layout_swapped``, ``sinusoidal.exponent_factor_2``); what is
+wrong without a known mistake behind it gets one of the ``GENERIC`` ids below
+(``generic.not_implemented``, ``generic.error``, ``generic.wrong_shape``, ...). A judge returns
+a :class:`Judged`: the fraction, the feedback, the id of the mistake it names (None when all is
+right) and, where it tells cases apart, one id (or None) per case. ``assess`` returns all of it;
+posenc-grade stores the ids in every JSON report (``mistake``, ``case_mistakes``), so any tool
+can count them, and its class report ranks them.
 
 In a notebook, ``outputs_of`` runs the task's visible cases (the ones its statement's check
 cell uses). ``posenc-grade`` grades on hidden ones instead: ``hidden_cases(task_id, seed)``
@@ -38,10 +48,11 @@ import hashlib
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import in_kernel
 from .in_kernel import error_marker  # noqa: F401  (topic files take it from here)
@@ -67,7 +78,9 @@ class Task:
         cases: the visible inputs ``check()`` uses in the notebook, a list of argument tuples.
         run: how the kernel calls the entry on one case: a kind of ``in_kernel.RUNS`` ("call",
             "scalar", "one_thread", "module_table").
-        judge: (outputs, cases) -> (fraction of the points in 0..1, feedback).
+        judge: (outputs, cases) -> Judged(fraction of the points in 0..1, feedback, the
+            diagnosed mistake's id or None, per-case ids or None); its ``mistakes`` attribute
+            lists the topic ids it can return (``diagnoses``; the GENERIC ones go without saying).
         hidden: seed -> fresh inputs of the same kind (random shapes within the task's stated
             constraints, random values), what posenc-grade grades on; seed 0 is never asked
             for (by convention it gives the visible cases). None: graded on ``cases``.
@@ -82,9 +95,69 @@ class Task:
     forbidden: tuple[str, ...]
     cases: Callable[[], list[tuple]]
     run: str
-    judge: Callable[[list, list], tuple[float, str]]
+    judge: Callable[[list, list], Judged]
     hidden: Callable[[int], list[tuple]] | None = None
     allowed: tuple[str, ...] = ()
+
+
+class Judged(NamedTuple):
+    """What a judge returns: the fraction of the points, the feedback, the id of the mistake the
+    feedback names (None when the answer is right), and one id (or None) per case, where the
+    judge tells cases apart (None where it does not)."""
+
+    fraction: float
+    feedback: str
+    mistake: str | None
+    cases: list[str | None] | None = None
+
+
+class Assessment(NamedTuple):
+    """``assess``'s result: ``score``'s three values, then the mistake's id and the per-case ids."""
+
+    points: float
+    max_points: int
+    feedback: str
+    mistake: str | None
+    case_mistakes: list[str | None] | None = None
+
+
+# What can be wrong with an answer without a known mistake behind it: id -> what it means.
+GENERIC = {
+    "generic.not_implemented": "not implemented: the exercise's raise line is still there",
+    "generic.forbidden_call": "calls a library function the task does not allow",
+    "generic.error": "the answer (or its solution cell) raised an exception",
+    "generic.wrong_type": "returned the wrong type (None: a missing return?)",
+    "generic.wrong_shape": "returned the wrong shape",
+    "generic.not_finite": "NaN or infinity in the output",
+    "generic.wrong_unknown": "wrong, and no known mistake matches",
+    "generic.malformed_output": "the outputs could not be read as one per case",
+    "generic.judge_failed": "the outputs could not be compared with the reference",
+    "generic.crash": "crashed the kernel",
+    "generic.timeout": "ran past a time limit",
+    "generic.missing_answer": "the answer was never defined (its cell missing, duplicated or failing)",
+    "generic.test_failed": "the test run failed (its outputs unreadable or malformed)",
+    "generic.not_graded": "not graded: the grader itself failed",
+}
+ID_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*\.[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+def mistake_id(value: str) -> str:
+    """``value`` if it is a well-formed diagnosis id, ``<topic>.<snake_case>``; ValueError otherwise."""
+    prefixes = (*TOPICS, "attention", "generic")
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or value.split(".")[0] not in prefixes:
+        raise ValueError(f"a mistake id must be <topic>.<snake_case> with a topic in {prefixes}, "
+                         f"e.g. 'rope.layout_swapped'; got {value!r}")
+    return value
+
+
+def diagnoses(*ids: str) -> Callable[[Callable], Callable]:
+    """Declare the topic ids a hand-written judge can return: ``@diagnoses("a.b", ...)``."""
+    declared = tuple(mistake_id(i) for i in ids)
+
+    def mark(judge: Callable) -> Callable:
+        judge.mistakes = declared  # type: ignore[attr-defined]
+        return judge
+    return mark
 
 
 TASKS: dict[str, Task] = {}
@@ -207,23 +280,41 @@ NOT_IMPLEMENTED = ("not implemented yet: replace the raise line "
 def score(task_id: str, outputs: list, cases: list | None = None) -> tuple[float, int, str]:
     """(points awarded, max points, feedback) for a task's outputs on ``cases`` (default: the
     visible ones). Runs no learner code."""
+    return assess(task_id, outputs, cases)[:3]
+
+
+def assess(task_id: str, outputs: list, cases: list | None = None) -> Assessment:
+    """``score``'s (points, max points, feedback), then the id of the diagnosed mistake (None for
+    full marks) and the per-case ids where the judge tells cases apart. Runs no learner code."""
     task = _task(task_id)
     cases = task.cases() if cases is None else cases
     if not isinstance(outputs, list) or len(outputs) != len(cases):
         got = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
-        return 0.0, task.points, f"no answer to grade: expected {len(cases)} outputs, got {got}."
+        return Assessment(0.0, task.points, f"no answer to grade: expected {len(cases)} outputs, got {got}.",
+                          "generic.malformed_output")
     for out in outputs:
         if is_marker(out, "forbidden"):
-            return 0.0, task.points, forbidden_feedback(task, out["forbidden"])
+            return Assessment(0.0, task.points, forbidden_feedback(task, out["forbidden"]),
+                              "generic.forbidden_call")
     if any(not_implemented(out) for out in outputs):
-        return 0.0, task.points, NOT_IMPLEMENTED
+        return Assessment(0.0, task.points, NOT_IMPLEMENTED, "generic.not_implemented")
+    per_case = None
     try:
-        fraction, feedback = task.judge(outputs, cases)
+        judged = task.judge(outputs, cases)
+        fraction, feedback = judged[0], judged[1]
+        mistake = judged[2] if len(judged) > 2 else None
+        per_case = judged[3] if len(judged) > 3 else None
+        fraction = min(max(float(fraction), 0.0), 1.0)
     except Exception as exc:  # a malformed output must not crash the grader
         reason = error_marker(exc)["error"]
-        fraction, feedback = 0.0, f"could not compare your output with the reference ({reason})."
-    fraction = min(max(float(fraction), 0.0), 1.0)
-    return round(task.points * fraction, 2), task.points, feedback
+        fraction, mistake = 0.0, "generic.judge_failed"
+        feedback = f"could not compare your output with the reference ({reason})."
+    if fraction < 1.0 and mistake is None:  # a judge that names nothing: wrong, undiagnosed
+        mistake = "generic.wrong_unknown"
+    if per_case is not None and len(per_case) != len(cases):
+        per_case = None
+    return Assessment(round(task.points * fraction, 2), task.points, feedback,
+                      None if fraction >= 1.0 else mistake, per_case)
 
 
 def public_name(name: str) -> str:
