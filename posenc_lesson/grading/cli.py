@@ -14,13 +14,20 @@ falling back to its file name. The grader writes
     DIR/grades.csv                   one row per (student, notebook): student, notebook, score,
                                      max_score, flags, then one column per task (empty where
                                      the task is not part of that notebook)
-    DIR/<student>/<notebook>.json    per task: id, name, score, max_score, feedback; and the
-                                     notebook's status and the reason for it
+    DIR/<student>/<notebook>.json    per task: id, name, score, max_score, feedback, mistake (the
+                                     id of the diagnosed mistake, e.g. rope.layout_swapped, or
+                                     null) and case_mistakes (one id or null per hidden case);
+                                     and the notebook's status and the reason for it
+    DIR/report.html                  the class report (``class_report``; not with --no-report): per
+                                     task, worst first, the scores' distribution, the mistakes
+                                     ranked by how many made them with the hint they read; the
+                                     notebooks to review; one row per student. Opens from disk.
 
-and prints a summary table. It refuses to replace an existing ``DIR/grades.csv`` (or a report
-it would rewrite) unless given ``--force``. The exit status is 0 whenever every submission got
-a row, however badly the students did; 2 for a usage error (bad arguments, no notebooks, a
-report in the way) and 1 for an infrastructure error (DIR not writable, no kernel).
+and prints a summary table. It refuses to replace an existing ``DIR/grades.csv`` or
+``DIR/report.html`` (or a report it would rewrite) unless given ``--force``. The exit status
+is 0 whenever every submission got a row, however badly the students did; 2 for a usage
+error (bad arguments, no notebooks, a report in the way) and 1 for an infrastructure error
+(DIR not writable, no kernel).
 
 Why the scores can be trusted
 -----------------------------
@@ -105,7 +112,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from . import sandbox
+from . import class_report, sandbox
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
@@ -131,8 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="posenc-grade",
         description="Grade posenc-lesson exercise notebooks: a notebook, or a class folder laid out "
-                    "as <folder>/<student>/<notebook>.ipynb. Writes DIR/grades.csv and "
-                    "DIR/<student>/<notebook>.json. Submissions are never modified.",
+                    "as <folder>/<student>/<notebook>.ipynb. Writes DIR/grades.csv, "
+                    "DIR/<student>/<notebook>.json and DIR/report.html. Submissions are never modified.",
         epilog="Exit status: 0 when every submission got a row (whatever the scores), 2 for a usage "
                "error, 1 when the grader itself cannot work (no kernel, DIR not writable).")
     p.add_argument("paths", nargs="+", metavar="PATH", help="a notebook, or a class folder")
@@ -146,7 +153,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--solutions", metavar="DIR", default=None,
                    help="the trusted solution notebooks (default: the course's solutions/ folder)")
     p.add_argument("--force", action="store_true",
-                   help="replace an existing DIR/grades.csv and the JSON reports this run writes")
+                   help="replace an existing DIR/grades.csv, DIR/report.html and the JSON reports this run "
+                        "writes")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write DIR/report.html, the class report (scores, mistakes, notebooks to "
+                        "review)")
     p.add_argument("--seed", type=int, default=None, metavar="N",
                    help="the seed the hidden test inputs are drawn with (default: a random one, printed "
                         "and stored in every JSON report); the same N gives the same inputs and scores")
@@ -203,7 +214,7 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
     return box
 
 
-def _check_out(out: Path, subs: list[Submission], force: bool) -> None:
+def _check_out(out: Path, subs: list[Submission], force: bool, report: bool = True) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} exists and is not a folder")
     resolved = out.resolve()
@@ -211,7 +222,9 @@ def _check_out(out: Path, subs: list[Submission], force: bool) -> None:
         if resolved == sub.path.resolve().parent or resolved in sub.path.resolve().parents:
             raise UsageError(f"--out: {out} holds submissions ({sub.path}); choose a folder of its own")
     if not force:
-        in_the_way = [p for p in [out / "grades.csv", *(json_path(out, s) for s in subs)] if p.exists()]
+        page = [out / "report.html"] if report else []
+        mine = [out / "grades.csv", *page, *(json_path(out, s) for s in subs)]
+        in_the_way = [p for p in mine if p.exists()]
         if in_the_way:
             raise UsageError(f"--out: {in_the_way[0]} already exists (and {len(in_the_way) - 1} more "
                              "report(s)); pass --force to replace them, or choose another --out")
@@ -265,7 +278,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
         read_and_match(sub, exercises)
     subs = label_rows(subs)
     out = Path(args.out)
-    _check_out(out, subs, args.force)
+    _check_out(out, subs, args.force, not args.no_report)
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
     sandbox.hide_from_kernels(*grader_only_paths())  # what knows the answers stays out of the kernels
@@ -279,8 +292,12 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)
     write_csv(out / "grades.csv", rows, columns)
+    if not args.no_report:
+        write_atomic(out / "report.html", class_report.render(rows, columns, grader.seed))
     print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))
     print(f"hidden inputs: --seed {grader.seed} (pass it again to draw the same inputs)")
+    if not args.no_report:
+        print(f"class report: {out / 'report.html'} (open it in a browser)")
     broken = [r for r in rows if r.status == "grader-error"]
     if broken:
         print(f"posenc-grade: error: {len(broken)} notebook(s) could not be graded because of the grader "
