@@ -89,9 +89,10 @@ def notebook(student: str, stem: str) -> nbformat.NotebookNode:
 
 
 def build_class(folder: Path) -> Path:
-    """Write the class as ``folder/<student>/<stem>.ipynb``; returns ``folder``."""
+    """Write the class as ``folder/<student>/<stem>.ipynb`` (``folder`` must be new); returns ``folder``."""
+    folder.mkdir(parents=True)
     for student, stems in HANDED_IN.items():
-        (folder / student).mkdir(parents=True, exist_ok=True)
+        (folder / student).mkdir()
         for stem in stems:
             nbformat.write(notebook(student, stem), folder / student / f"{stem}.ipynb")
     return folder
@@ -104,7 +105,7 @@ def grade(klass: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def screenshot(page_path: Path, png: Path, width: int = 1200, height: int = 1400) -> None:
+def screenshot(page_path: Path, png: Path, width: int = 1200, height: int = 1500) -> None:
     """The top of the page in headless Chromium, saved as a 256-colour PNG."""
     from PIL import Image
     from playwright.sync_api import sync_playwright
@@ -129,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "class_report.png",
                         help="the PNG to write (default docs/class_report.png)")
-    parser.add_argument("--keep", type=Path, default=None, help="grade into this folder and keep it")
+    parser.add_argument("--keep", type=Path, default=None, help="grade into this new folder and keep it")
     args = parser.parse_args(argv)
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep: {args.keep} exists; give a new folder (the class is written from scratch)")
     with tempfile.TemporaryDirectory(prefix="class-report-") as tmp:
         work = args.keep or Path(tmp)
         klass, out = build_class(work / "class"), work / "graded"

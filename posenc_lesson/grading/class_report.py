@@ -192,11 +192,11 @@ def _task_section(rank: int, s: TaskStats) -> str:
 <h2 id="{_anchor(s.id)}-h">{rank}. <code>{esc(s.id)}</code>: {esc(s.title)}</h2>
 <p>Exercise <code>{esc(s.exercise)}</code>; {s.graded} notebook(s) graded; mean
 {format_number(s.mean_fraction * s.max_points)} of {s.max_points} points ({_pct(s.mean_fraction, 1)}).</p>
-<figure><img src="{uri}" alt="{esc(alt)}" width="460"><figcaption>Scores on <code>{esc(s.id)}</code>.
-</figcaption></figure>
+<div class="dist"><figure><img src="{uri}" alt="{esc(alt)}" width="460"><figcaption>Scores on
+<code>{esc(s.id)}</code>.</figcaption></figure>
 <table class="shares"><caption>Full, partial and zero marks</caption><thead><tr>
 <th scope="col">Full marks</th><th scope="col">Partial</th><th scope="col">Zero</th></tr></thead>
-<tbody><tr>{shares}</tr></tbody></table>
+<tbody><tr>{shares}</tr></tbody></table></div>
 {_mistake_table(s, s.mistakes, generic=False)}
 {_mistake_table(s, s.outcomes, generic=True)}
 </section>"""
@@ -300,8 +300,9 @@ table { border-collapse: collapse; margin: .6rem 0 1rem; width: 100%; font-size:
 caption { text-align: left; font-weight: 600; padding: .3rem 0; }
 th, td { border: 1px solid #c8c8c8; padding: .3rem .5rem; text-align: left; vertical-align: top; }
 thead th { background: #e9eef6; } tbody th { font-weight: normal; }
-table.shares { width: auto; } figure { margin: .5rem 0; } img { max-width: 100%; height: auto; }
-figcaption { font-size: .85rem; color: #444; } nav ol { columns: 2; } .lead { color: #333; }
+table.shares { width: auto; } .dist { display: flex; flex-wrap: wrap; gap: 0 2.5rem;
+       align-items: center; } figure { margin: .5rem 0; } img { max-width: 100%; height: auto; }
+figcaption { font-size: .85rem; color: #444; } .lead { color: #333; }
 """
 
 
@@ -312,7 +313,6 @@ def render(rows: list[Graded], columns: list[str], seed: int | None = None) -> s
     students = len({r.student for r in rows})
     exercises = sorted({r.exercise for r in graded if r.exercise})
     sections = "\n".join(_task_section(rank, s) for rank, s in enumerate(stats, start=1))
-    toc = "\n".join(f'<li><a href="#{_anchor(s.id)}"><code>{esc(s.id)}</code></a></li>' for s in stats)
     worst = stats[0] if stats else None
     headline = ""
     if worst is not None:
@@ -338,12 +338,8 @@ def render(rows: list[Graded], columns: list[str], seed: int | None = None) -> s
 notebook, the one its feedback names.</p>
 {headline}
 </header>
-<nav aria-label="Contents"><h2>Contents</h2><ol>
-<li><a href="#overview">Every task, worst first</a></li>
-{toc}
-<li><a href="#review">Notebooks to review</a></li>
-<li><a href="#students">Students</a></li>
-</ol></nav>
+<nav aria-label="Contents"><p>On this page: <a href="#overview">every task, worst first</a> (each
+links to its section) · <a href="#review">notebooks to review</a> · <a href="#students">students</a></p></nav>
 <main>
 <section id="overview" aria-labelledby="overview-h"><h2 id="overview-h">Every task, worst first</h2>
 {_overview(stats)}
