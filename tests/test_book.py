@@ -16,9 +16,9 @@ headless Chromium, as the JupyterLab browser test does. For every page:
         (and none in the theme's dark colours, on one page of each kind).
 
 A full-page screenshot of each goes to screenshots/book/ (git-ignored). Beside the browser,
-the built files are searched for solution text: any line of solution code that neither the
-exercise nor the lesson notebooks contain, and nbgrader's BEGIN SOLUTION / BEGIN HIDDEN TESTS
-markers. Pages are found from the notebooks, never listed by hand.
+the built files are searched for solution text: any line of solution code or of a solution's
+explanation that neither the exercise nor the lesson notebooks contain, and nbgrader's BEGIN
+SOLUTION / BEGIN HIDDEN TESTS markers. Pages are found from the notebooks, never listed by hand.
 """
 
 from __future__ import annotations
@@ -345,12 +345,16 @@ def test_no_solution_text_anywhere_in_the_site(site):
     secret = set()
     for path in SOLUTIONS:
         for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] == "code":
+            explanation = "solution_explanation" in cell["metadata"].get("tags", [])
+            if cell["cell_type"] == "code" or explanation:  # the code, and the explained solutions
                 secret.update(line.strip() for line in "".join(cell["source"]).splitlines())
     # lines a learner cannot have seen; short ones (`return x`, `)`) say nothing about the answer
     secret = {line for line in secret if len(line) >= 12 and line not in public}
     assert secret, "found no solution-only code lines: the check would be empty"
-    markers = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+    # nbgrader's markers, and the explanations' fixed lead-ins (rendered or raw, a leaked explanation
+    # shows them even where its markdown and math no longer match a line of its source)
+    markers = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+               "Why this works.", "The classic mistake", "solution_explanation")
     leaks = []
     ours = [p for p in site.rglob("*") if p.is_file() and p.relative_to(site).parts[0] != "_static"]
     for path in sorted(p for p in ours if p.suffix in {".html", ".ipynb", ".js", ".txt", ".json", ".md"}):

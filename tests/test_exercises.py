@@ -2,7 +2,7 @@
 
 - the committed exercises are exactly what the generator writes now (not stale), and
   generating twice gives the same bytes;
-- no solution text and no hidden test leaks into an exercise;
+- no solution text, no explanation of a solution and no hidden test leaks into an exercise;
 - the exercise cells are what the contract says (stub line, check cells, nbgrader metadata);
 - the blank exercises execute without any error, every check cell printing "not implemented yet".
 """
@@ -82,14 +82,18 @@ def test_no_solution_or_hidden_test_text_leaks(stem):
 
     secret, public = set(), set()
     for cell in solution.cells:
+        if make_exercises.is_explanation(cell):  # the explained solution: every line is secret
+            secret |= {line.strip() for line in cell.source.split("\n") if line.strip()}
+            continue
         inside_solution, rest = _regions(cell.source, "BEGIN SOLUTION", "END SOLUTION")
         inside_hidden, rest = _regions("\n".join(rest), "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
         secret |= {line.strip() for line in inside_solution + inside_hidden if line.strip()}
         public |= {line.strip() for line in rest}
     # a line the learner is shown anyway (e.g. the buggy code of a find-the-bug task) is no leak
     leaked = sorted((secret - public) & exercise_lines)
-    assert not leaked, f"solution or hidden-test lines in exercises/{stem}.ipynb: {leaked}"
+    assert not leaked, f"solution, explanation or hidden-test lines in exercises/{stem}.ipynb: {leaked}"
     assert secret - public, "the solution notebook hides nothing?"
+    assert make_exercises.EXPLANATION_TAG not in exercise_text
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                    "assert_passes("):
         assert marker not in "\n".join(cell.source for cell in exercise.cells), marker
@@ -105,6 +109,8 @@ def test_exercise_cells_follow_the_contract(stem):
     for nb in (solution, exercise):
         assert nb.metadata["kernelspec"] == KERNELSPEC
         assert nb.metadata["posenc_lesson"] == {"exercise": stem}
+    # the explanations are dropped first (make_exercises' DropExplanations); the rest maps one to one
+    solution.cells = [c for c in solution.cells if not make_exercises.is_explanation(c)]
     assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in solution.cells] == [
         c.metadata.get("nbgrader", {}).get("grade_id") for c in exercise.cells]
     for sol, ex in zip(solution.cells, exercise.cells, strict=True):

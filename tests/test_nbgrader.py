@@ -1,13 +1,15 @@
 """The exercise notebooks work unchanged with nbgrader, proven headless in a temporary course.
 
-``nbgrader generate_assignment`` on solutions/ must give the same student notebooks as
-exercises/ (same cells, sources, nbgrader metadata, stubs), and ``nbgrader autograde`` must
-give the solutions full marks and the blank exercises zero, with the same points per notebook
-as posenc_lesson.grading. Two courses (each with its own sqlite gradebook) run side by side.
+``nbgrader generate_assignment`` on solutions/, configured as the README says, must give the same
+student notebooks as exercises/ (same cells, sources, nbgrader metadata, stubs; no explanation of a
+solution), and ``nbgrader autograde`` must give the solutions full marks and the blank exercises
+zero, with the same points per notebook as posenc_lesson.grading. Two courses (each with its own
+sqlite gradebook) run side by side.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -33,6 +35,11 @@ c.CourseDirectory.db_url = {db!r}
 c.ClearSolutions.code_stub = {{"python": {stub!r}}}
 c.Execute.timeout = 120
 """
+# nbgrader has no cell removal of its own: these lines drop the explained solutions' explanation
+# cells (make_exercises.EXPLANATION_CONFIG; the README's nbgrader_config.py has the same lines)
+EXPLANATION_CONFIG = (
+    'c.GenerateAssignment.Exporter.preprocessors = ["nbconvert.preprocessors.TagRemovePreprocessor"]\n'
+    'c.TagRemovePreprocessor.remove_cell_tags = ["solution_explanation"]\n')
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +60,8 @@ def _wait(*procs: subprocess.Popen) -> None:
 def _course(root: Path, student: str, submitted_from: Path) -> Path:
     root.mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
-        CONFIG.format(root=str(root), db=f"sqlite:///{root / 'gradebook.db'}", stub=STUB))
+        CONFIG.format(root=str(root), db=f"sqlite:///{root / 'gradebook.db'}", stub=STUB)
+        + EXPLANATION_CONFIG)
     shutil.copytree(SOLUTIONS, root / "source" / ASSIGNMENT)
     shutil.copytree(submitted_from, root / "submitted" / student / ASSIGNMENT)
     return root
@@ -91,6 +99,23 @@ def test_generate_assignment_gives_the_committed_exercises(courses):
         assert len(released.cells) == len(ours.cells), stem
         for i, (a, b) in enumerate(zip(released.cells, ours.cells, strict=True)):
             assert a == b, f"{stem} cell {i}:\nnbgrader: {a}\nexercises/: {b}"
+
+
+def test_the_explanation_config_is_the_generators_and_the_readmes():
+    """The lines that keep nbgrader's release free of explanations are the ones documented."""
+    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tools" / "make_exercises.py")
+    make_exercises = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_exercises)
+    assert EXPLANATION_CONFIG == make_exercises.EXPLANATION_CONFIG
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(line in readme for line in EXPLANATION_CONFIG.splitlines()), (
+        "README's nbgrader_config.py must carry the lines that drop the explanation cells")
+
+
+def test_no_explanation_is_released(courses):
+    for path in sorted(courses["release"].glob("*.ipynb")):
+        assert "solution_explanation" not in path.read_text(encoding="utf-8"), path.name
+        assert "**Why this works.**" not in path.read_text(encoding="utf-8"), path.name
 
 
 def test_released_stubs_are_the_contract_stub(courses):

@@ -4,6 +4,10 @@ The solution notebooks are the single source. For each solutions/NN_<stem>.ipynb
 writes exercises/NN_<stem>.ipynb, doing what ``nbgrader generate_assignment`` does to a
 source notebook, in the same order, so the two produce the same student notebook:
 
+    DropExplanations  every cell tagged "solution_explanation" (the explanation that follows
+                      each task in solutions/) is removed, before anything else; nbgrader
+                      does the same with nbconvert's TagRemovePreprocessor, configured as the
+                      README's nbgrader_config.py says (EXPLANATION_CONFIG below)
     LockCells         solution cells: deletable false; grade cells and other locked cells:
                       deletable false and editable false (top-level cell metadata)
     ClearSolutions    every ### BEGIN SOLUTION ... ### END SOLUTION region becomes the stub
@@ -40,6 +44,15 @@ STUB = 'raise NotImplementedError("Your code here: replace this line (see the hi
 TEXT_STUB = "YOUR ANSWER HERE"  # nbgrader's default, for markdown solution cells
 BEGIN_SOLUTION, END_SOLUTION = "BEGIN SOLUTION", "END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+# The explained solutions: a markdown cell after each task's check cell, tagged (Jupyter cell
+# tags, metadata.tags) with this tag and carrying no nbgrader metadata. Never released.
+EXPLANATION_TAG = "solution_explanation"
+# What nbgrader needs to drop them too (nbgrader has no cell removal of its own; without these
+# two lines `nbgrader generate_assignment` would release the explanations): README and
+# tests/test_nbgrader.py use exactly these lines.
+EXPLANATION_CONFIG = (
+    'c.GenerateAssignment.Exporter.preprocessors = ["nbconvert.preprocessors.TagRemovePreprocessor"]\n'
+    f'c.TagRemovePreprocessor.remove_cell_tags = ["{EXPLANATION_TAG}"]\n')
 
 
 def _nbgrader(cell: dict) -> dict:
@@ -52,6 +65,17 @@ def is_grade(cell: dict) -> bool:
 
 def is_solution(cell: dict) -> bool:
     return bool(_nbgrader(cell).get("solution", False))
+
+
+def is_explanation(cell: dict) -> bool:
+    """A solution's explanation: a cell tagged EXPLANATION_TAG (markdown, no nbgrader metadata)."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    if EXPLANATION_TAG not in tags:
+        return False
+    if cell.get("cell_type") != "markdown" or _nbgrader(cell):
+        raise ValueError(f"a cell tagged {EXPLANATION_TAG!r} must be a markdown cell without nbgrader "
+                         f"metadata (nbgrader would record it before dropping it):\n{cell.get('source')}")
+    return True
 
 
 def is_locked(cell: dict) -> bool:
@@ -112,6 +136,8 @@ def make_exercise(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The student version of a solution notebook (the input is not modified)."""
     nb = copy.deepcopy(solution)
     nb.metadata.pop("celltoolbar", None)
+    # DropExplanations (nbgrader: TagRemovePreprocessor, which runs before its own preprocessors)
+    nb.cells = [cell for cell in nb.cells if not is_explanation(cell)]
     for cell in nb.cells:
         # LockCells
         if is_solution(cell):
