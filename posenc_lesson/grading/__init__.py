@@ -22,6 +22,7 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
     shut_in      what runs in the sandboxed processes (standard library only)
     grader       run a plan in a kernel, take each task's outputs out, score them here
     report       grades.csv, one JSON per submission, the summary table
+    class_report report.html: per task, worst first, the scores and the mistakes ranked
     cli          the command line: posenc-grade, or python -m posenc_lesson.grading
     errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
     in_kernel    what runs inside each kernel (and behind check()): the run kinds, the watch

@@ -1,7 +1,7 @@
 r"""The class report: ``DIR/report.html``, what a class got wrong, at a glance.
 
 ``posenc-grade`` writes it next to grades.csv (``--no-report`` skips it). One self-contained
-page, made to be opened from disk: no script, no request, the plots inline (matplotlib SVG as
+page, made to be opened from disk: no JavaScript, no request, the plots inline (matplotlib SVG as
 ``data:`` images, with alt text), the styles in the page. For every task, worst first:
 
     worst          the lowest mean fraction of the task's points over the class's graded
@@ -50,8 +50,8 @@ class TaskStats:
     max_points: int
     order: int  # course order, for ties
     scores: list[float] = field(default_factory=list)
-    mistakes: Counter = field(default_factory=Counter)  # topic id -> students
-    outcomes: Counter = field(default_factory=Counter)  # generic id -> students
+    mistakes: Counter = field(default_factory=Counter)  # topic id -> notebooks
+    outcomes: Counter = field(default_factory=Counter)  # generic id -> notebooks
     texts: dict[str, Counter] = field(default_factory=dict)  # id -> Counter of (diagnosis, hint)
 
     @property
