@@ -138,6 +138,29 @@ def test_exercise_cells_follow_the_contract(stem):
             assert ex.metadata["deletable"] is False and ex.metadata["editable"] is False
 
 
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_statement_says_what_an_answer_may_call_and_what_the_notebook_is_worth(stem):
+    """Grading forbids every library function a task does not allow (grading/watch.py): the intro
+    says so, names each function a task does allow, and where a task allows the whole library, says
+    that too (the concept questions, lesson 08's lab tasks)."""
+    from posenc_lesson.grading import TASKS
+
+    intro = nbformat.read(ROOT / "exercises" / f"{stem}.ipynb", as_version=4).cells[0].source
+    lesson = [t for t in TASKS.values() if t.id[:2] == stem[:2]]
+    assert f"This notebook is worth **{sum(t.points for t in lesson)} points**" in intro
+    for task in lesson:
+        for name in task.allowed:
+            if name != "posenc_lesson":
+                assert f"{name.rsplit('.', 1)[-1]}`" in intro, (task.id, name)
+    tasks = [t for t in lesson if t.run != "answer"]
+    if any("posenc_lesson" not in t.allowed for t in tasks):
+        assert "any function of `posenc_lesson`" in intro
+    if any("posenc_lesson" in t.allowed for t in tasks):
+        assert "the library is yours to use" in intro
+    if len(tasks) < len(lesson):
+        assert "concept questions" in intro and "the library included" in intro
+
+
 def test_the_stub_is_the_contract_line():
     assert make_exercises.STUB == (
         'raise NotImplementedError("Your code here: replace this line (see the hint above).")')

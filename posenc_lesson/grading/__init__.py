@@ -11,8 +11,11 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
                  watching for forbidden calls), score (pure) and assess (score with the
                  diagnosis's id), the GENERIC ids, verdict, check, assert_passes
     judges       the shared tensor judge, tolerances, mistakes several lessons share
-    permutation, sinusoidal, rotation, learned, rope, alibi, extrapolation
-                 one topic file per lesson's tasks: cases, references, mistakes and hints
+    concepts     concept questions (run kind "answer"): a letter or a number, judged against what
+                 the library computes, each wrong answer a misconception with its id
+    permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation, context_extension
+                 one topic file per lesson's tasks: cases, references, mistakes and hints, and the
+                 lesson's concept questions
     posenc-grade, one module per stage:
     submissions  find the submitted notebooks and match each to its exercise
     plan         the trusted cells of solutions/, with the learner's solution cells swapped in

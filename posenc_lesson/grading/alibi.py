@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 
 from .. import alibi as _alibi
+from .. import attention as _attention
+from .concepts import Misconception, choice_judge, number_judge, register_question
 from .judges import (
     ATTENTION_FORBIDDEN,
     Mistake,
@@ -226,3 +228,64 @@ register(Task(
     ], ("q", "k", "v"), "scores = q k^T / sqrt(Dh) - m_h |i - j|, causal mask, softmax over keys, "
                        "times v; q, k, v have shape (B, H, T, Dh)."),
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers from the library's slopes, bias and attention
+# --------------------------------------------------------------------------------------
+
+def _slope_12() -> float:
+    """The slope of head 8 (0-based) of 12, the first head past the power of 2 below 12."""
+    return float(_alibi.alibi_slopes(12)[8])
+
+
+register_question(
+    id="07_q_slope_12", title="Predict: the slope of head 8 in a 12-head model",
+    entry="answer_07_slope_12", forbidden=("posenc_lesson.grading.alibi._slope_12",),
+    judge=number_judge(_slope_12, [
+        Misconception(lambda: float(_slopes_naive(12)[8]), "you used 2^(-8(h+1)/n) with n = 12; that formula "
+                      "is for a power of 2 only.", "12 is not a power of 2: start from the 8 slopes of "
+                      "8 heads; where do heads 8 .. 11 come from?", id="alibi.power_formula_for_twelve"),
+        Misconception(lambda: float(_sorted_slopes(12)[8]), "you sorted the 12 slopes; the paper appends "
+                      "the extra heads after the first 8, unsorted.",
+                      "heads 0 .. 7 are the slopes of 8 heads; head 8 is the first appended one.",
+                      id="alibi.twelve_slopes_sorted"),
+        Misconception(lambda: float(_slopes_round_up(12)[8]), "you took the slopes of 16 heads; the paper "
+                      "starts from the power of 2 *below* 12.", "8 heads first, then every other slope of "
+                      "16 heads.", id="alibi.twelve_from_sixteen"),
+        Misconception(lambda: float(_slopes_odd_half(12)[8]), "you took the extra heads from every other "
+                      "slope of 16 heads starting at the second; the paper starts at the first.",
+                      "slopes(16)[0::2], not [1::2].", id="alibi.twelve_odd_extra"),
+        Misconception(lambda: float(_slopes_off_by_one(12)[8]), "your slopes start at 2^0 = 1: off by one "
+                      "in the exponent.", "head h of n heads (n a power of 2) has 2^(-8(h+1)/n).",
+                      id="alibi.twelve_off_by_one"),
+    ], "alibi_slopes(12) = the slopes of 8 heads, then the first 4 of slopes(16)[0::2].", rtol=1e-3))
+
+
+def _bloom_same() -> tuple[bool, bool]:
+    """(same attention as ALiBi with a causal mask, same without one) for BLOOM's bias +m j."""
+    g = seeded(1_007)
+    h, t = 8, 10
+    q, k, v = randn(g, 1, h, t, 16), randn(g, 1, h, t, 16), randn(g, 1, h, t, 16)
+    bloom = _alibi.alibi_slopes(h)[:, None, None] * torch.arange(t)[None, None, :]  # (H, 1, T): + m j
+    same = []
+    for causal in (True, False):
+        ours = _attention.scaled_dot_product_attention(q, k, v, bias=_alibi.alibi_bias(h, t),
+                                                       causal=causal)[1]  # (1, H, T, T) weights
+        theirs = _attention.scaled_dot_product_attention(q, k, v, bias=bloom, causal=causal)[1]
+        same.append(bool(torch.allclose(ours, theirs, atol=1e-6)))
+    return same[0], same[1]
+
+
+register_question(
+    id="07_q_bloom", title="Predict: BLOOM's bias +m j against ALiBi's",
+    entry="answer_07_bloom", forbidden=("posenc_lesson.grading.alibi._bloom_same",),
+    judge=choice_judge({"a": (True, False), "b": (False, False), "c": (True, True)}, _bloom_same, [
+        Misconception("b", "you compare the biases entry by entry; the softmax sees each row only up to a "
+                      "constant, and +m j differs from -m (i - j) by m i, the same for every key of row i.",
+                      "softmax(s + c) = softmax(s) for a constant c added to a whole row.",
+                      id="alibi.bloom_bias_differs"),
+        Misconception("c", "you forgot the keys after the query: without a mask, +m j rewards them while "
+                      "-m |i - j| penalises them, and that is no per-row constant.",
+                      "compare the two biases on a key j > i.", id="alibi.bloom_same_without_mask"),
+    ], "BLOOM adds m j to the score of key j, in every row."))

@@ -16,7 +16,9 @@ those files from sandboxed kernels: ``tasks.grader_only_paths``).
 
 Run kinds (``RUNS``): "call" fn(*case); "scalar" the same, a one-element tensor made 0-d;
 "one_thread" fn(*case) on one CPU thread (the lab's tiny models); "module_table" build
-cls(max_len, d_model) seeded, report its ``table``, load a known table, call it on x.
+cls(max_len, d_model) seeded, report its ``table``, load a known table, call it on x; "answer"
+a concept question's answer (its one case has no input): the entry's value as it is, or what it
+returns when it is a function (called with no arguments).
 
 The watch (``watch.Watch``) records, per case, every call the task does not allow: the
 library's own functions however they were reached, torch's attention shortcuts, threads,
@@ -119,8 +121,14 @@ def _module_table(cls: Callable, case: tuple) -> dict:
     return info
 
 
+def _answer(entry: Any, case: tuple) -> Any:
+    """A concept question: ``answer = "b"`` is the answer; ``def answer(): return "b"`` returns it."""
+    return entry() if callable(entry) else entry
+
+
 RUNS: dict[str, Callable[[Callable, tuple], Any]] = {
-    "call": _call, "scalar": _scalar, "one_thread": _one_thread, "module_table": _module_table}
+    "call": _call, "scalar": _scalar, "one_thread": _one_thread, "module_table": _module_table,
+    "answer": _answer}
 
 
 _active: list[bool] = []

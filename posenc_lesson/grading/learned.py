@@ -7,10 +7,13 @@ three sequences that fit and one longer than max_len (which must raise a ValueEr
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from .concepts import Misconception, number_judge, register_question
 from .judges import (
     MODULE_TABLE,
     SINUSOIDAL_FORBIDDEN,
@@ -164,3 +167,51 @@ register(Task(
     ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
     hidden=_concat_cases,
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept question (concepts.py): the answer counted here, on the lab's model and copy task
+# --------------------------------------------------------------------------------------
+
+_L_MAX, _N_MAX, _VOCAB = 64, 16, 18  # a 64-row table; copies of n = 1 .. 16 symbols, T = 2n + 2 <= 34
+
+
+@functools.cache  # one forward and backward pass per n, the same every time
+def _rows_with_gradient() -> tuple[int, int, int]:
+    """(rows of a learned table that get a gradient from copies of every n = 1 .. 16, the longest
+    T, positions that carry a loss term), with the lab's TinyDecoder, copy task and loss."""
+    from ..lab.copy_task import IGNORE, copy_batch
+    from ..lab.model import TinyDecoder
+    from ..lab.train import masked_loss
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = TinyDecoder(_VOCAB, d_model=16, num_heads=2, num_layers=2, pos="learned", max_len=_L_MAX)
+    g = torch.Generator().manual_seed(0)
+    longest, with_loss = 0, set()
+    for n in range(1, _N_MAX + 1):
+        tokens, targets = copy_batch(2, n, _VOCAB, generator=g)  # (2, 2n + 2)
+        masked_loss(model(tokens), targets).backward()
+        longest = max(longest, tokens.shape[1])
+        with_loss |= set((targets[0] != IGNORE).nonzero().flatten().tolist())
+    table = model.pos_embed.table  # (L_max, D)
+    return int((table.grad.abs().sum(-1) > 0).sum()), longest, len(with_loss)
+
+
+register_question(
+    id="04_q_trained_rows", title="Predict: how many rows of a learned table ever train",
+    entry="answer_04_trained_rows", forbidden=("posenc_lesson.grading.learned._rows_with_gradient",),
+    judge=number_judge(lambda: _rows_with_gradient()[0], [
+        Misconception(lambda: _rows_with_gradient()[1], "you count every row a training sequence reaches; "
+                      "the last token of the longest sequence has no target, and in a causal model no "
+                      "other token attends to it, so its row never influences the loss.",
+                      "a row learns only if some loss term depends on it: which positions can a loss "
+                      "term at position t see?", id="learned.last_row_trains"),
+        Misconception(lambda: _rows_with_gradient()[2], "you count only the positions that carry a loss "
+                      "term; the prompt's positions feed those predictions through attention, so their "
+                      "rows get gradients too.", "which positions can the prediction at position t "
+                      "attend to?", id="learned.only_loss_rows_train"),
+        Misconception(_L_MAX, "you expect the whole table to train; a row past every training sequence is "
+                      "never looked up, so it keeps its random initial values.",
+                      "how long is the longest training sequence?", id="learned.whole_table_trains"),
+    ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n."))

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .. import attention as _attention
 from . import given
+from .concepts import Misconception, choice_judge, register_question
 from .judges import (
     ATOL,
     ATTENTION_FORBIDDEN,
@@ -173,3 +174,78 @@ register(Task(
     judge=_judge_permutation,
     hidden=_permutation_cases,
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the right option is computed here, with the library's attention
+# --------------------------------------------------------------------------------------
+
+def _pooled_orders() -> str:
+    """Mean-pooled self-attention (random embeddings and projections, no positions, no mask) over
+    the six orders of three words: "same for every order", "same while word 1 stays in the middle"
+    or "differ"."""
+    import itertools
+
+    g = seeded(1_001)
+    words, w_q, w_k, w_v = randn(g, 3, 8), randn(g, 8, 8), randn(g, 8, 8), randn(g, 8, 8)
+
+    def pooled(order: list[int]) -> Tensor:
+        x = words[order]  # (T, D)
+        return _attention.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)[0].mean(0)  # (D,)
+
+    base = pooled([0, 1, 2])  # "dog bites man"
+    same = {order: bool(torch.allclose(pooled(list(order)), base, atol=1e-6))
+            for order in itertools.permutations(range(3))}
+    if all(same.values()):
+        return "same for every order"
+    return "same while word 1 stays in the middle" if same[(2, 1, 0)] else "differ"
+
+
+register_question(
+    id="01_q_pooled_order", title="Predict: a pooled sentence vector after a swap",
+    entry="answer_01_pooled_order", forbidden=("posenc_lesson.grading.permutation._pooled_orders",),
+    judge=choice_judge(
+        {"a": "differ", "b": "same for every order", "c": "same while word 1 stays in the middle"},
+        _pooled_orders, [
+            Misconception("a", "you expect attention to notice that the words have new neighbours; "
+                          "nothing in softmax(QK^T / sqrt(Dh)) V refers to where a token sits.",
+                          "a shuffle of the tokens shuffles the rows of the output and changes nothing "
+                          "else (lesson 01, section 2); what does a mean over rows do with that?",
+                          id="permutation.attention_sees_neighbours"),
+            Misconception("c", "you expect the verb's place in the middle to be what keeps the sentences "
+                          "alike; equivariance holds for every permutation, not only for this swap.",
+                          "try the argument for an order that moves the verb to the front.",
+                          id="permutation.only_some_orders_alike"),
+        ], "compare what each word's output is in both sentences, then what the mean over the rows is."))
+
+
+def _causal_swap_unchanged() -> frozenset[int]:
+    """Positions whose causal self-attention output (no positions) is unchanged, up to rounding,
+    when tokens 1 and 2 of four swap places."""
+    x = randn(seeded(1_002), 4, 8)  # (T, D)
+    swapped = x[[0, 2, 1, 3]]
+    before = _attention.scaled_dot_product_attention(x, x, x, causal=True)[0]  # (T, D)
+    after = _attention.scaled_dot_product_attention(swapped, swapped, swapped, causal=True)[0]
+    return frozenset(t for t in range(4) if torch.allclose(before[t], after[t], atol=1e-6))
+
+
+register_question(
+    id="01_q_causal_swap", title="Predict: which outputs of causal attention survive a swap",
+    entry="answer_01_causal_swap", forbidden=("posenc_lesson.grading.permutation._causal_swap_unchanged",),
+    judge=choice_judge(
+        {"a": frozenset({0, 1, 2, 3}), "b": frozenset(), "c": frozenset({0, 3}), "d": frozenset({0})},
+        _causal_swap_unchanged, [
+            Misconception("a", "you expect a mask to carry no position information; but the mask is "
+                          "written in positions: token t sees tokens 0 .. t, whatever they are.",
+                          "for each position, list the set of tokens its query sees before and after "
+                          "the swap.", id="permutation.mask_keeps_equivariance"),
+            Misconception("b", "you expect every causal output to depend on the order of its inputs; "
+                          "each query still takes a softmax-weighted mean over the *set* of tokens it "
+                          "sees.", "for each position, compare the query and the set of tokens it sees "
+                          "before and after the swap.", id="permutation.causal_order_everywhere"),
+            Misconception("d", "you expect only the first position, whose query sees one token, to be "
+                          "safe from the swap; but a query is hurt only if the *set* of tokens it sees, "
+                          "or the query itself, changes.",
+                          "go through the four positions one by one: which query and which set of "
+                          "tokens does each see, before and after?", id="permutation.last_token_sees_order"),
+        ], "a causal query at position t is a weighted mean over the set of tokens 0 .. t."))

@@ -10,11 +10,13 @@ integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import rope as _rope
+from .concepts import Misconception, choice_judge, register_question
 from .judges import (
     Mistake,
     call,
@@ -233,3 +235,71 @@ register(Task(
     hidden=_rope_cases,
     allowed=_ROPE_ALLOWED,
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers measured here, on the library's RoPE
+# --------------------------------------------------------------------------------------
+
+def _half_pairs(dh: int = 8) -> frozenset[frozenset[int]]:
+    """The channel pairs the library's half layout turns together: where each basis vector goes."""
+    pairs = set()
+    for j in range(dh):
+        e = torch.zeros(1, dh, dtype=torch.float64)
+        e[0, j] = 1.0
+        moved = _rope.apply_rope(e, torch.tensor([1]), layout="half")[0]  # (Dh,) every pair turns at 1
+        pairs.add(frozenset(int(c) for c in moved.abs().gt(1e-12).nonzero().flatten()))
+    return frozenset(pairs)
+
+
+def _pairs(partner: Any, dh: int = 8) -> frozenset[frozenset[int]]:
+    return frozenset(frozenset((i, partner(i))) for i in range(dh) if i < partner(i))
+
+
+register_question(
+    id="06_q_half_pairs", title="Predict: which channels the half layout pairs",
+    entry="answer_06_half_pairs", forbidden=("posenc_lesson.grading.rope._half_pairs",),
+    judge=choice_judge({"a": _pairs(lambda i: i ^ 1), "b": _pairs(lambda i: (i + 4) % 8),
+                        "c": _pairs(lambda i: 7 - i), "d": "every channel with every other"}, _half_pairs, [
+        Misconception("a", "that is the interleaved layout of RoFormer and Meta's LLaMA code; rotate_half "
+                      "works on the two halves of the head.", "rotate_half([x1, x2]) = [-x2, x1], where "
+                      "x1 and x2 are the first and the second half.", id="rope.half_read_as_interleaved"),
+        Misconception("c", "you read rotate_half as a mirror of the channels; it swaps the two halves "
+                      "(with a sign) and keeps their order.", "rotate_half([x1, x2]) = [-x2, x1]: where does "
+                      "channel 0 of x1 end up?", id="rope.half_read_as_mirror"),
+        Misconception("d", "you expect RoPE to mix all channels; its matrix is block-diagonal up to a "
+                      "reordering: every channel turns together with exactly one other.",
+                      "each pair is one complex number, multiplied by e^(i m theta).",
+                      id="rope.rotation_mixes_all_channels"),
+    ], "the half layout is the one of GPT-NeoX and Hugging Face's LLaMA, with rotate_half."))
+
+
+def _score_spread(distance: int, dh: int = 64) -> float:
+    """The spread (standard deviation) of q . R_distance k for independent q, k ~ N(0, I): the
+    square root of tr(R R^T). Its mean is tr(R E[k q^T]) = 0 at every distance."""
+    r = _rope.rope_rotation_matrix(distance, dh).double()  # (Dh, Dh)
+    return float(torch.trace(r @ r.T)) ** 0.5
+
+
+def _random_score_decay() -> str:
+    """How RoPE scores of random, independent q and k compare at distances 1 and 100."""
+    near, far = _score_spread(1), _score_spread(100)
+    if abs(near - far) < 1e-5 * near:  # the library's matrices are float32
+        return "same"
+    return "smaller spread far away" if far < near else "larger spread far away"
+
+
+register_question(
+    id="06_q_decay", title="Predict: RoPE scores of random q and k, near and far",
+    entry="answer_06_decay", forbidden=("posenc_lesson.grading.rope._random_score_decay",
+                                        "posenc_lesson.grading.rope._score_spread"),
+    judge=choice_judge({"a": "smaller on average far away", "b": "same", "c": "smaller spread far away"},
+                       _random_score_decay, [
+        Misconception("a", "you read RoFormer's long-term decay as a penalty on every score; only a "
+                      "worst-case bound decays, and for independent q and k every score averages 0.",
+                      "E[q^T R k] = tr(R E[k q^T]); what is E[k q^T] for independent, zero-mean q and k?",
+                      id="rope.decay_is_a_penalty"),
+        Misconception("c", "you expect the decaying bound to shrink the typical score; the spread of "
+                      "q^T R k is the square root of tr(R R^T), and R is a rotation at every distance.",
+                      "what is R R^T for a rotation?", id="rope.spread_decays"),
+    ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5)."))

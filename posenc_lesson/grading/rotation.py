@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
+from .concepts import Misconception, choice_judge, number_judge, register_question
 from .judges import (
     SCALAR,
     SINUSOIDAL_FORBIDDEN,
@@ -133,3 +134,58 @@ register(Task(
         partial=False),
     hidden=_hidden_shifts,
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers computed here, from the library's M_k and table
+# --------------------------------------------------------------------------------------
+
+def _way_back() -> str:
+    """How the library's M_(-k) relates to M_k: "transpose", "negative", "itself" or "none"."""
+    for k, d_model in ((3, 8), (-7, 16), (40, 64)):
+        back, m = _offset(-k, d_model).double(), _offset(k, d_model).double()
+        table = pe_table(100, d_model, start=50).double()  # (100, D), positions 50 .. 149
+        assert torch.allclose(table[:-abs(k)] if k > 0 else table[abs(k):],
+                              (table[abs(k):] if k > 0 else table[:-abs(k)]) @ back.T, atol=1e-6)
+    for name, candidate in (("transpose", m.T), ("negative", -m), ("itself", m)):
+        if torch.allclose(back, candidate, atol=1e-9):
+            return name
+    return "none"
+
+
+register_question(
+    id="03_q_look_back", title="Predict: the matrix that moves k positions back",
+    entry="answer_03_look_back", forbidden=("posenc_lesson.grading.rotation._way_back",),
+    judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"}, _way_back, [
+        Misconception("b", "you negate the matrix to negate the shift; -M_k flips the sign of every "
+                      "channel, which is a half turn of every clock hand, not a turn back by k w_i.",
+                      "what undoes a rotation by an angle a?", id="rotation.back_by_negating"),
+        Misconception("c", "you expect the direction not to matter because cosine is even; the sine "
+                      "entries of M_k change sign with k.",
+                      "write the block B_i(-k) with the angle-addition formulas and compare it with "
+                      "B_i(k).", id="rotation.direction_does_not_matter"),
+        Misconception("d", "you expect the way back to depend on the position; like the way forward it "
+                      "is one fixed rotation per pair, the same at every position.",
+                      "M_k M_(-k) = M_0 = I, so M_(-k) is the inverse of M_k: which matrix is the "
+                      "inverse of a rotation?", id="rotation.way_back_depends_on_position"),
+    ], "M_(-k) undoes M_k: it is the inverse of a block-diagonal rotation."))
+
+
+def _self_dot() -> float:
+    """PE_pos . PE_pos for d_model = 64, from a row of the library's table (pos = 123)."""
+    return float(pe_table(1, 64, start=123).double()[0].square().sum())
+
+
+register_question(
+    id="03_q_self_dot", title="Predict: PE_pos . PE_pos at d_model = 64",
+    entry="answer_03_self_dot", forbidden=("posenc_lesson.grading.rotation._self_dot",),
+    judge=number_judge(_self_dot, [
+        Misconception(64, "you counted 1 per channel; a channel holds a sine or a cosine, and it is a "
+                      "*pair* that contributes sin^2 + cos^2 = 1.", "how many pairs does d_model = 64 make?",
+                      id="rotation.one_per_channel"),
+        Misconception(1, "you expect an encoding to be a unit vector; nothing normalises the table.",
+                      "sum sin^2 + cos^2 over the pairs.", id="rotation.encodings_unit_length"),
+        Misconception(8, "that is the square root of the number of channels; the dot product of a row "
+                      "with itself is its squared norm, a sum over the pairs.",
+                      "sum sin^2 + cos^2 over the pairs.", id="rotation.norm_not_squared"),
+    ], "PE_pos . PE_(pos + k) = sum over the pairs of cos(k w_i); here k = 0."))

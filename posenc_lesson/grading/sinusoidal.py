@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
+from .concepts import Misconception, choice_judge, number_judge, register_question
 from .judges import (
     SINUSOIDAL_FORBIDDEN,
     TABLE_MISTAKES,
@@ -100,3 +102,64 @@ register(Task(
     judge=tensor_judge(pe_table, TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT, partial=False),
     hidden=_hidden_tables,
 ))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers computed here, from the library's table
+# --------------------------------------------------------------------------------------
+
+def _dots_like_5_9() -> frozenset[tuple[int, int]]:
+    """Which of PE_9 . PE_13 and PE_5 . PE_1 equal PE_5 . PE_9, at three widths."""
+    found = set()
+    for pair in ((9, 13), (5, 1)):
+        for d_model in (16, 64, 512):
+            pe = pe_table(16, d_model).double()  # (16, D)
+            if not torch.allclose(pe[pair[0]] @ pe[pair[1]], pe[5] @ pe[9], atol=1e-9):
+                break
+        else:
+            found.add(pair)
+    return frozenset(found)
+
+
+register_question(
+    id="02_q_dot_offset", title="Predict: which dot products of encodings are equal",
+    entry="answer_02_dot_offset", forbidden=("posenc_lesson.grading.sinusoidal._dots_like_5_9",),
+    judge=choice_judge(
+        {"a": frozenset({(9, 13)}), "b": frozenset({(9, 13), (5, 1)}), "c": frozenset()}, _dots_like_5_9, [
+            Misconception("a", "you expect the dot product to know which of the two positions comes "
+                          "first; each pair contributes a cosine of the offset, and cosine is even.",
+                          "write sin(a) sin(b) + cos(a) cos(b) as one cosine: of what?",
+                          id="sinusoidal.dot_knows_which_comes_first"),
+            Misconception("c", "you expect the dot product to depend on where the two positions are; each "
+                          "pair contributes sin(a) sin(b) + cos(a) cos(b), and the positions drop out.",
+                          "write sin(a) sin(b) + cos(a) cos(b) as one cosine: of what?",
+                          id="sinusoidal.dot_depends_on_positions"),
+        ], "PE_m . PE_n = sum over the pairs of sin(m w_i) sin(n w_i) + cos(m w_i) cos(n w_i)."))
+
+
+def _slowest_wavelength() -> float:
+    """Positions per turn of the last pair (i = 255) of a d_model = 512 table."""
+    return float(_wavelengths(512)[-1])
+
+
+register_question(
+    id="02_q_slowest_wavelength", title="Predict: the slowest pair's wavelength at d_model = 512",
+    entry="answer_02_slowest_wavelength", forbidden=("posenc_lesson.grading.sinusoidal._slowest_wavelength",),
+    judge=number_judge(_slowest_wavelength, [
+        Misconception(lambda: 2 * math.pi * 10_000, "you take the slowest pair to turn at exactly 1/10000 "
+                      "radian per position; its exponent is 2i/d_model for the last i = d_model/2 - 1, "
+                      "which stops just short of 1.",
+                      "what is 2i/d_model for the last pair, i = 255?",
+                      id="sinusoidal.slowest_at_one_over_base"),
+        Misconception(lambda: 10_000.0, "you take the base, 10000, for the longest wavelength; the base "
+                      "sets the slowest angular speed, and one turn is 2 pi radians.",
+                      "a pair turning w radians per position needs 2 pi / w positions for one turn.",
+                      id="sinusoidal.wavelength_is_the_base"),
+        Misconception(lambda: 10_000.0 ** (510 / 512), "you counted positions per radian, 1 / w; one turn "
+                      "is 2 pi radians.", "a pair turning w radians per position needs 2 pi / w positions "
+                      "for one turn.", id="sinusoidal.turn_taken_as_one_radian"),
+        Misconception(lambda: float(_wavelengths(512, base=100.0)[-1]), "your exponent is i/d_model: i "
+                      "counts channel *pairs*, and the exponent is 2i/d_model.",
+                      "w_i = 10000^(-2i/d_model) for i = 0 .. d_model/2 - 1.",
+                      id="sinusoidal.pairs_exponent_halved"),
+    ], "w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1; one turn is 2 pi / w_i positions.", rtol=1e-3))

@@ -77,7 +77,8 @@ class Task:
             Every other function of posenc_lesson is forbidden too, unless ``allowed`` names it.
         cases: the visible inputs ``check()`` uses in the notebook, a list of argument tuples.
         run: how the kernel calls the entry on one case: a kind of ``in_kernel.RUNS`` ("call",
-            "scalar", "one_thread", "module_table").
+            "scalar", "one_thread", "module_table", or "answer" for a concept question: the
+            entry's value, see ``concepts``).
         judge: (outputs, cases) -> Judged(fraction of the points in 0..1, feedback, the
             diagnosed mistake's id or None, per-case ids or None); its ``mistakes`` attribute
             lists the topic ids it can return (``diagnoses``; the GENERIC ones go without saying).
@@ -217,10 +218,11 @@ def _code_entry(name: str) -> tuple[str, str]:
 
 
 def grader_only_paths() -> list[str]:
-    """What a grading kernel must not read: every topic file, the registry, the judges and the
-    flags (the references and the right answers live there), and grading's compiled copies."""
+    """What a grading kernel must not read: every topic file, the registry, the judges (the concept
+    questions' too) and the flags (the references and the right answers live there), and grading's
+    compiled copies."""
     here = os.path.dirname(os.path.abspath(__file__))
-    names = [*TOPICS, "tasks", "judges", "flags"]
+    names = [*TOPICS, "tasks", "judges", "concepts", "flags"]
     return [os.path.join(here, f"{n}.py") for n in names] + [os.path.join(here, "__pycache__")]
 
 
@@ -335,6 +337,9 @@ def public_name(name: str) -> str:
 
 def forbidden_feedback(task: Task, name: str) -> str:
     what = task.title.split(" (")[0]
+    if task.run == "answer" and name.startswith("posenc_lesson"):
+        return (f"this concept question asks for your own answer ({what}); your answer calls "
+                f"{public_name(name)}, the grader's own code, which no answer may call.")
     if name.startswith(("posenc_lesson", "torch")):
         return (f"this task asks you to implement it yourself ({what}); your answer calls "
                 f"{public_name(name)}, which this task does not allow. Write it with torch operations "
