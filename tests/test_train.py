@@ -5,8 +5,9 @@ import functools
 import pytest
 import torch
 
+from posenc_lesson.lab import analysis
 from posenc_lesson.lab.copy_task import copy_batch
-from posenc_lesson.lab.model import TinyDecoder
+from posenc_lesson.lab.model import SCHEMES, TinyDecoder
 from posenc_lesson.lab.train import evaluate, masked_loss, position_accuracy, train
 
 VOCAB = 10
@@ -92,7 +93,8 @@ def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_pat
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        result = experiments.run_lab(config, csv_path=path, progress=False, threads=1)
+        result = experiments.run_lab(config, csv_path=path, why_path=tmp_path / "why.csv", progress=False,
+                                     threads=1)
         assert torch.get_num_threads() == 2  # run_lab puts the thread count back
     finally:
         torch.set_num_threads(before)
@@ -103,6 +105,12 @@ def test_experiments_write_a_csv_with_one_row_per_scheme_seed_and_length(tmp_pat
         (s, seed, n) for seed in (0, 1) for s in ("learned", "alibi") for n in (2, 4, 6)]
     assert all(r["train_length"] == 3 for r in rows)
     assert all(0.0 <= r["exact_match"] <= r["token_accuracy"] <= 1.0 for r in rows)
+    # the why CSV: one row per scheme, seed and cell measured, cells in analysis.CELLS order
+    why = experiments.read_why_csv(tmp_path / "why.csv")
+    assert why == result.why
+    assert [(r["scheme"], r["seed"], r["cell"]) for r in why] == [
+        (s, seed, c) for seed in (0, 1) for s in ("learned", "alibi") for c in analysis.CELLS]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in why)
     # the learned table has rows for the longest test sequence, 2 * 6 + 2
     assert result.models["learned", 0].pos_embed.max_len == 14
     monkeypatch.setenv("POSENC_FAST", "1")
@@ -131,3 +139,76 @@ def test_training_leaves_learned_rows_past_the_training_length_exactly_as_initia
     table = model.pos_embed.table.detach()
     assert torch.equal(table[9:], initial[9:])
     assert not torch.equal(table[8], initial[8])
+
+
+def _tiny_config(**changes):
+    from posenc_lesson.lab import experiments
+
+    base = dict(train_length=3, eval_lengths=(2, 4, 6, 8, 9), d_model=16, num_heads=2, num_layers=1, steps=5,
+                batch_size=4, eval_batches=1, eval_batch_size=4, seeds=(0, 1), schemes=("sinusoidal", "shaw"))
+    return experiments.LabConfig(**{**base, **changes})
+
+
+def test_the_full_lab_is_seven_schemes_times_three_seeds():
+    from posenc_lesson.lab import experiments
+
+    assert experiments.FULL.schemes == SCHEMES and len(SCHEMES) == 7
+    assert experiments.FULL.seeds == (0, 1, 2)
+    assert experiments.FAST.train_length < experiments.FULL.train_length and experiments.FAST.fast
+
+
+def test_two_workers_train_exactly_the_models_one_worker_trains():
+    """workers only changes the wall time: every model has its seed and one thread."""
+    from posenc_lesson.lab import experiments
+
+    config = _tiny_config()
+    one = experiments.run_lab(config, progress=False)
+    two = experiments.run_lab(config, progress=False, workers=2)
+    assert one.rows == two.rows and one.losses == two.losses
+    assert list(one.models) == list(two.models) == [(s, seed) for seed in (0, 1)
+                                                    for s in ("sinusoidal", "shaw")]
+    for key in one.models:
+        a, b = one.models[key].state_dict(), two.models[key].state_dict()
+        assert all(torch.equal(a[name], b[name]) for name in a)
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+        experiments.run_lab(config, progress=False, workers=0)
+
+
+def test_summarize_averages_over_the_lengths_past_training_then_over_seeds():
+    from posenc_lesson.lab import experiments
+
+    rows = [{"scheme": "a", "seed": seed, "train_length": 2, "length": n, "token_accuracy": acc,
+             "exact_match": 0.0}
+            for seed, accs in ((0, (1.0, 0.5, 0.3, 0.1)), (1, (1.0, 0.7, 0.5, 0.3)))
+            for n, acc in zip((2, 3, 6, 7), accs, strict=True)]
+    summary = experiments.summarize(rows)  # L = 2: lengths 3 and 6 count (2 < n <= 6), 2 and 7 do not
+    assert summary["a"]["per_seed"] == {0: pytest.approx(0.4), 1: pytest.approx(0.6)}
+    assert summary["a"]["mean"] == pytest.approx(0.5)
+    assert summary["a"]["std"] == pytest.approx(0.1414, abs=1e-4)
+    assert (summary["a"]["min"], summary["a"]["max"]) == (pytest.approx(0.4), pytest.approx(0.6))
+    text = experiments.format_summary(summary)
+    assert "0.500" in text and "0.400 .. 0.600" in text
+    with pytest.raises(ValueError, match="no rows with 7 < length <= 9"):
+        experiments.summarize(rows, lengths=(7, 9))
+    with pytest.raises(ValueError, match="rows must hold"):
+        experiments.summarize([])
+
+
+def test_readme_quotes_the_lab_as_the_csv_says():
+    """README's summary of lesson 08 is the mean over L < n <= 3L of the committed CSV, mean +- std
+    over the seeds, for every scheme: no single-n number, nothing the CSV does not back."""
+    import re
+    from pathlib import Path
+
+    from posenc_lesson.lab import experiments
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    summary = experiments.summarize(experiments.read_csv(experiments.RESULTS_CSV))
+    names = {"alibi": "ALiBi", "shaw": "Shaw", "t5": "T5", "rope": "RoPE", "learned": "learned",
+             "none": "NoPE", "sinusoidal": "sinusoidal"}
+    section = readme[readme.index("**08 · Length extrapolation**"):readme.index("## Exercises and grading")]
+    for scheme, name in names.items():
+        s = summary[scheme]
+        quoted = re.search(rf"{name} (\d\.\d\d) ± (\d\.\d\d)", section)
+        assert quoted, f"README does not quote {name}'s mean over L < n <= 3L"
+        assert (float(quoted[1]), float(quoted[2])) == (round(s["mean"], 2), round(s["std"], 2)), name

@@ -16,15 +16,19 @@ n = 1 .. L has seen copy offsets up to L and scored queries at positions up to 2
 Functions:
     copy_accuracy_by_position(tokens, logits)   (n,) accuracy of x_1 .. x_n in one batch
     accuracy_grid(model, lengths, starts, ...)  one row per (n, s, k): the measurement
-    quadrant_means(rows, L)                     mean accuracy in the four (offset, position) cells
+    cell_means(rows, L)                         mean accuracy in five cells: trained, new offset, moved, ...
     copied_from(tokens, logits)                 where the predicted symbol was copied from
     attention_by_offset(weights, n)             each head's attention mass at each query-key offset
     range_excess(table, seen)                   how far a table's rows leave their training range
+    rope_pairs_ablated(model, pairs, layers)    RoPE channel pairs switched off in q and k (a context)
 
 Taught in notebooks/08_length_extrapolation.ipynb.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -32,8 +36,8 @@ from torch import Tensor, nn
 from .. import _checks
 from .copy_task import copy_batch
 
-__all__ = ["accuracy_grid", "attention_by_offset", "copied_from", "copy_accuracy_by_position",
-           "copy_length", "quadrant_means", "range_excess"]
+__all__ = ["CELLS", "accuracy_grid", "attention_by_offset", "cell", "cell_means", "copied_from",
+           "copy_accuracy_by_position", "copy_length", "range_excess", "rope_pairs_ablated"]
 
 
 def copy_length(tokens: Tensor) -> int:
@@ -108,18 +112,38 @@ def accuracy_grid(model: nn.Module, lengths: tuple[int, ...] | list[int], *, voc
     return rows
 
 
-def quadrant_means(rows: list[dict], train_length: int) -> dict[tuple[bool, bool], float]:
-    """Mean accuracy of the grid's rows in each (offset seen, position seen) cell.
+CELLS = ("trained", "new offset, trained positions", "new offset, new positions",
+         "moved, trained positions", "moved, new positions")
 
-    offset seen: n <= L; position seen: the query position s + n + k <= 2L (every position the
-    prediction depends on was a scored position in training). Keys: (offset_seen, position_seen);
-    a cell with no rows is left out.
+
+def cell(row: dict, train_length: int) -> str:
+    """Which of the five CELLS a grid row falls in, for a model trained on n = 1 .. L.
+
+        trained                        s = 0, n <= L        (exactly as in training)
+        new offset, trained positions  s = 0, n > L, query position n + k <= 2L
+        new offset, new positions      s = 0, n > L, query position n + k > 2L
+        moved, trained positions       s > 0, n <= L, last position s + 2n + 1 <= 2L + 1
+        moved, new positions           s > 0, n <= L, last position past 2L + 1
+
+    Positions 0 .. 2L + 1 are the ones training sequences occupy (queries scored up to 2L).
     """
     L = _checks.positive_int("train_length", train_length)
-    cells: dict[tuple[bool, bool], list[float]] = {}
+    n, s = row["offset"], row["start"]
+    if s == 0:
+        if n <= L:
+            return CELLS[0]
+        return CELLS[1] if row["position"] <= 2 * L else CELLS[2]
+    if n > L:
+        return "moved, new offset"
+    return CELLS[3] if s + 2 * n + 1 <= 2 * L + 1 else CELLS[4]
+
+
+def cell_means(rows: list[dict], train_length: int) -> dict[str, float]:
+    """Mean accuracy of the grid's rows in each of the CELLS (those with rows), in CELLS order."""
+    groups: dict[str, list[float]] = {}
     for r in rows:
-        cells.setdefault((r["offset"] <= L, r["position"] <= 2 * L), []).append(r["accuracy"])
-    return {key: sum(v) / len(v) for key, v in sorted(cells.items(), reverse=True)}
+        groups.setdefault(cell(r, train_length), []).append(r["accuracy"])
+    return {c: sum(groups[c]) / len(groups[c]) for c in CELLS if c in groups}
 
 
 def copied_from(tokens: Tensor, logits: Tensor, max_offset: int | None = None) -> Tensor:
@@ -185,3 +209,40 @@ def range_excess(table: Tensor, seen: int) -> Tensor:
     seen = _checks.positive_int("seen", seen)
     low, high = table[:seen].min(dim=0).values, table[:seen].max(dim=0).values  # (D,) each
     return torch.clamp(torch.maximum(table - high, low - table), min=0.0)  # (T, D)
+
+
+@contextlib.contextmanager
+def rope_pairs_ablated(model: nn.Module, pairs: tuple[int, ...] | list[int], *,
+                       layers: tuple[int, ...] | list[int] = (1,)) -> Iterator[nn.Module]:
+    """While active, RoPE pairs ``pairs`` of every head carry nothing in the given layers' q and k.
+
+    Pair i is channels (2i, 2i + 1) of each head (the interleaved layout TinyDecoder uses), turned
+    by t * theta_i, theta_i = 10000^(-2i/Dh). Zeroing it in q and k removes its term
+        Re(q_i conj(k_i) e^{i (m - n) theta_i})
+    from every score, so what the pair's rotation contributes to the attention can be measured.
+    Layers count from 0. The model's weights are untouched; a forward hook is removed on exit.
+    """
+    if getattr(model, "pos", None) != "rope":
+        raise ValueError(f"model must be a TinyDecoder with pos='rope'; "
+                         f"got pos={getattr(model, 'pos', None)!r}")
+    d, h = model.d_model, model.num_heads
+    dh = d // h
+    for i in pairs:
+        if not 0 <= i < dh // 2:
+            raise ValueError(f"pairs must be in 0 .. Dh/2 - 1 = {dh // 2 - 1}; got {i}")
+    channels = torch.tensor([head * dh + 2 * i + c for head in range(h) for i in pairs for c in (0, 1)],
+                            dtype=torch.long)
+
+    def zero_pairs(module: nn.Module, inputs: tuple, out: Tensor) -> Tensor:
+        out = out.clone()  # (B, T, 3D): q, k, v side by side
+        out[..., channels] = 0.0  # q's pairs
+        out[..., d + channels] = 0.0  # k's pairs
+        return out
+
+    hooks = [model.blocks[_checks.positive_int("layers[...] + 1", layer + 1) - 1].attn.qkv
+             .register_forward_hook(zero_pairs) for layer in layers]
+    try:
+        yield model
+    finally:
+        for hook in hooks:
+            hook.remove()

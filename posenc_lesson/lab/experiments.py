@@ -1,9 +1,10 @@
-r"""The length-extrapolation lab: train one tiny model per position scheme, test past L.
+r"""The length-extrapolation lab: train one tiny model per position scheme and seed, test past L.
 
 Every scheme gets the same model (TinyDecoder: pre-LN, causal, D = 64, 4 heads, 2 layers),
-the same seed, the same data and the same optimiser; only ``pos`` changes. Each learns the
-copy task (posenc_lesson.lab.copy_task) with n drawn from 1 .. L symbols, L = 16, so it never sees
-a sequence longer than T = 2L + 2 = 34 tokens. Then it copies n = 2, 4, .., 3L = 48 symbols, and
+the same seeds, the same data and the same optimiser; only ``pos`` changes (the seven SCHEMES:
+none, sinusoidal, learned, rope, alibi, shaw, t5). Each learns the copy task
+(posenc_lesson.lab.copy_task) with n drawn from 1 .. L symbols, L = 16, so it never sees a
+sequence longer than T = 2L + 2 = 34 tokens. Then it copies n = 2, 4, .., 3L = 48 symbols, and
 
     token_accuracy(n) = fraction of copied symbols right       (chance: 1 / #symbols)
     exact_match(n)    = fraction of sequences copied without a single mistake
@@ -12,15 +13,26 @@ are written to a CSV, one row per (scheme, seed, n):
 
     scheme,seed,train_length,length,token_accuracy,exact_match
 
+and, to tell *why* a model fails, its copy accuracy in the five cells of
+posenc_lesson.lab.analysis (trained; past L with the queries at trained positions or beyond;
+a trained length moved to other positions with ``start``) to a second one, one row per
+(scheme, seed, cell):
+
+    scheme,seed,train_length,cell,accuracy
+
 A learned table has no rows past its max_len, and the library refuses such input. To test
 a learned model past L at all, its table is built with max_len = 2 * max(eval lengths) + 2
 rows: rows 0 .. 2L are trained (row 2L + 1 only ever holds the last token, which predicts
 nothing); the rest keep their random initial values. That is the honest picture of what a
 learned model meets past its training length: rows it never trained.
 
-Run the full lab (what ``make experiments`` does), about two minutes on 2 CPU cores:
+``summarize`` condenses the rows into one number per scheme and seed, the mean token
+accuracy over the lengths past training, L < n <= 3L, and its mean and spread over the seeds.
 
-    python -m posenc_lesson.lab.experiments        # rewrites notebooks/08_results.csv
+Run the full lab (what ``make experiments`` does): 7 schemes x 3 seeds = 21 models, trained two
+at a time on the 2 cores (``workers=2``, one thread each):
+
+    python -m posenc_lesson.lab.experiments        # rewrites notebooks/08_results.csv, 08_why.csv
 
 Under POSENC_FAST=1 (the test suite) ``config_from_env`` returns the smaller FAST setting.
 Taught in notebooks/08_length_extrapolation.ipynb.
@@ -31,22 +43,31 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import multiprocessing
 import os
+import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
+from .. import _checks
+from .analysis import CELLS, accuracy_grid, cell_means
 from .copy_task import FIRST_SYMBOL, copy_batch
 from .model import SCHEMES, TinyDecoder, check_scheme
 from .train import evaluate, train
 
-__all__ = ["CSV_COLUMNS", "FAST", "FULL", "RESULTS_CSV", "LabConfig", "LabResult", "build_model",
-           "config_from_env", "format_table", "mean_metric", "read_csv", "run_lab", "write_csv"]
+__all__ = ["CSV_COLUMNS", "FAST", "FULL", "RESULTS_CSV", "WHY_COLUMNS", "WHY_CSV", "LabConfig", "LabResult",
+           "build_model", "config_from_env", "format_summary", "format_table", "mean_metric", "read_csv",
+           "read_why_csv", "run_lab", "summarize", "why_grid", "why_rows", "write_csv"]
 
 CSV_COLUMNS = ("scheme", "seed", "train_length", "length", "token_accuracy", "exact_match")
 RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "08_results.csv"
+WHY_COLUMNS = ("scheme", "seed", "train_length", "cell", "accuracy")
+WHY_CSV = RESULTS_CSV.with_name("08_why.csv")
 
 
 @dataclass(frozen=True)
@@ -59,8 +80,9 @@ class LabConfig:
         vocab_size: token ids including BOS and SEP: vocab_size - 2 symbols (chance 1/16).
         d_model, num_heads, num_layers: the model (the same for every scheme).
         steps, batch_size, lr: training (AdamW, warm-up then cosine decay).
-        eval_batches, eval_batch_size: evaluation set per length (256 sequences).
-        seeds: one model per scheme and seed; the seed fixes the initial weights and the data.
+        eval_batches, eval_batch_size: evaluation set per length (128 sequences).
+        seeds: one model per scheme and seed; the seed fixes the initial weights and the data
+            (three, to see the spread a single seed hides).
         schemes: which position schemes to train.
         fast: True for the reduced setting used under test.
     """
@@ -71,12 +93,12 @@ class LabConfig:
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 2
-    steps: int = 1500
+    steps: int = 1200
     batch_size: int = 32
     lr: float = 3e-3
-    eval_batches: int = 4
+    eval_batches: int = 2
     eval_batch_size: int = 64
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = (0, 1, 2)
     schemes: tuple[str, ...] = SCHEMES
     fast: bool = False
 
@@ -92,9 +114,9 @@ class LabConfig:
 
 
 FULL = LabConfig()
-# Under test: same task and model, L = 8 and 400 steps; every scheme but NoPE learns the
-# task in range, the extrapolation ordering is noisier than in the full lab.
-FAST = LabConfig(train_length=8, eval_lengths=tuple(range(2, 25, 2)), steps=400, fast=True)
+# Under test: same task and model, L = 8 and 400 steps, one seed; every scheme but NoPE learns
+# the task in range, the extrapolation ordering is noisier than in the full lab.
+FAST = LabConfig(train_length=8, eval_lengths=tuple(range(2, 25, 2)), steps=400, seeds=(0,), fast=True)
 
 
 def config_from_env() -> LabConfig:
@@ -114,12 +136,16 @@ class LabResult:
     """What a run of the lab leaves behind.
 
     rows: one dict per (scheme, seed, length) with the CSV_COLUMNS as keys.
+    why: one dict per (scheme, seed, cell) with the WHY_COLUMNS as keys (see why_rows).
+    grids: the accuracy_grid rows behind ``why``, by (scheme, seed).
     models: the trained models, by (scheme, seed).
     losses: the training loss at every step, by (scheme, seed).
     """
 
     config: LabConfig
     rows: list[dict] = field(default_factory=list)
+    why: list[dict] = field(default_factory=list)
+    grids: dict[tuple[str, int], list[dict]] = field(default_factory=dict)
     models: dict[tuple[str, int], TinyDecoder] = field(default_factory=dict)
     losses: dict[tuple[str, int], list[float]] = field(default_factory=dict)
 
@@ -136,56 +162,108 @@ def mean_metric(rows: list[dict], scheme: str, length: int, *, metric: str = "to
     return sum(values) / len(values)
 
 
-def run_lab(config: LabConfig = FULL, *, csv_path: str | Path | None = None, progress: bool = True,
-            threads: int | None = 1) -> LabResult:
-    """Train every scheme in ``config`` on copying up to L symbols; evaluate at every length.
+def run_lab(config: LabConfig = FULL, *, csv_path: str | Path | None = None,
+            why_path: str | Path | None = None, progress: bool = True, threads: int | None = 1,
+            workers: int = 1) -> LabResult:
+    """Train every scheme and seed in ``config`` on copying up to L symbols; evaluate at every length.
 
     Args:
         config: the lab's setting (FULL, FAST, or your own LabConfig).
         csv_path: if given, write the rows there as CSV (columns CSV_COLUMNS).
-        progress: show a tqdm progress bar per model.
-        threads: torch threads while the lab runs (restored after). One, by default: the
-            tensors are so small that a second thread costs more in synchronisation than it
+        why_path: if given, write the why rows there as CSV (columns WHY_COLUMNS).
+        progress: show a progress bar (per model; with workers > 1, one over all models).
+        threads: torch threads per model while the lab runs (restored after). One, by default:
+            the tensors are so small that a second thread costs more in synchronisation than it
             saves (measured: 8 ms a step on one thread; 2 to 10 times slower on two when the
             machine is busy), and a fixed count keeps the numbers reproducible. None: leave as is.
+        workers: models trained at once, each in its own process (2 uses both cores of a 2-core
+            machine). The rows and weights are the same for any value: every model has its own
+            seed and one thread.
     Returns:
-        LabResult with the rows, the trained models and their loss curves.
+        LabResult with the rows, the trained models and their loss curves, in the order
+        (seed, scheme) of ``config``.
     """
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        return _run(config, csv_path, progress)
-    finally:
-        torch.set_num_threads(before)
-
-
-def _run(config: LabConfig, csv_path: str | Path | None, progress: bool) -> LabResult:
+    workers = _checks.positive_int("workers", workers)
+    jobs = [(scheme, seed) for seed in config.seeds for scheme in config.schemes]
     result = LabResult(config)
-    train_batches = functools.partial(copy_batch, config.batch_size, (1, config.train_length),
-                                      config.vocab_size)
-    for seed in config.seeds:
-        for scheme in config.schemes:
-            model = build_model(config, scheme, seed)
-            losses = train(model, train_batches, steps=config.steps, lr=config.lr, seed=seed,
-                           progress=progress, desc=f"{scheme} (seed {seed})")
-            result.losses[scheme, seed] = losses
-            result.models[scheme, seed] = model
-            for n in config.eval_lengths:
-                test_batches = functools.partial(copy_batch, config.eval_batch_size, n, config.vocab_size)
-                metrics = evaluate(model, test_batches, batches=config.eval_batches, seed=10_000 + seed)
-                result.rows.append({"scheme": scheme, "seed": seed, "train_length": config.train_length,
-                                    "length": n, "token_accuracy": round(metrics["token_accuracy"], 4),
-                                    "exact_match": round(metrics["exact_match"], 4)})
+    if workers == 1 or len(jobs) == 1:
+        before = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            done = [_train_one(config, scheme, seed, progress=progress) for scheme, seed in jobs]
+        finally:
+            torch.set_num_threads(before)
+    else:
+        # spawn, not fork: a forked child of a process that already ran torch can deadlock
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+            futures = [pool.submit(_train_one, config, scheme, seed, progress=False, threads=threads)
+                       for scheme, seed in jobs]
+            bar = tqdm(total=len(jobs), desc=f"{len(jobs)} models, {workers} at a time", disable=not progress)
+            for future in futures:
+                future.result()  # waits in job order; the bar counts what has finished
+                bar.n = sum(f.done() for f in futures)
+                bar.refresh()
+            bar.close()
+            done = [f.result() for f in futures]
+    for (scheme, seed), (state, losses, rows, grid) in zip(jobs, done, strict=True):
+        model = build_model(config, scheme, seed)
+        model.load_state_dict(state)
+        model.eval()
+        result.models[scheme, seed] = model
+        result.losses[scheme, seed] = losses
+        result.rows.extend(rows)
+        result.grids[scheme, seed] = grid
+        result.why.extend(why_rows(grid, scheme, seed, config.train_length))
     if csv_path is not None:
         write_csv(result.rows, csv_path)
+    if why_path is not None:
+        write_csv(result.why, why_path, columns=WHY_COLUMNS)
     return result
 
 
-def write_csv(rows: list[dict], path: str | Path) -> None:
-    """Write the lab's rows with the header CSV_COLUMNS."""
+def _train_one(config: LabConfig, scheme: str, seed: int, *, progress: bool,
+               threads: int | None = None) -> tuple[dict, list[float], list[dict], list[dict]]:
+    """Train and evaluate one model: (state_dict, losses, rows, grid rows). In a worker or in-process."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    train_batches = functools.partial(copy_batch, config.batch_size, (1, config.train_length),
+                                      config.vocab_size)
+    model = build_model(config, scheme, seed)
+    losses = train(model, train_batches, steps=config.steps, lr=config.lr, seed=seed,
+                   progress=progress, desc=f"{scheme} (seed {seed})")
+    rows = []
+    for n in config.eval_lengths:
+        test_batches = functools.partial(copy_batch, config.eval_batch_size, n, config.vocab_size)
+        metrics = evaluate(model, test_batches, batches=config.eval_batches, seed=10_000 + seed)
+        rows.append({"scheme": scheme, "seed": seed, "train_length": config.train_length, "length": n,
+                     "token_accuracy": round(metrics["token_accuracy"], 4),
+                     "exact_match": round(metrics["exact_match"], 4)})
+    return model.state_dict(), losses, rows, why_grid(config, model)
+
+
+def why_grid(config: LabConfig, model: TinyDecoder) -> list[dict]:
+    """``accuracy_grid`` rows of one model: n = 1 .. 3L in place (start 0), and n = 1 .. L moved by
+    start s = L/4, L/2, L; 64 sequences per length and shift (evaluation seed 12345)."""
+    L = config.train_length
+    grid = dict(vocab_size=config.vocab_size, max_position=config.max_len - 1,
+                batch_size=config.eval_batch_size, batches=1)
+    shifts = sorted({max(1, L // 4), max(1, L // 2), L})
+    return (accuracy_grid(model, range(1, 3 * L + 1), starts=(0,), **grid)
+            + accuracy_grid(model, range(1, L + 1), starts=shifts, **grid))
+
+
+def why_rows(grid: list[dict], scheme: str, seed: int, train_length: int) -> list[dict]:
+    """One model's copy accuracy in each of analysis.CELLS, as rows with the WHY_COLUMNS."""
+    return [{"scheme": scheme, "seed": seed, "train_length": train_length, "cell": name,
+             "accuracy": round(acc, 4)} for name, acc in cell_means(grid, train_length).items()]
+
+
+def write_csv(rows: list[dict], path: str | Path, *, columns: tuple[str, ...] = CSV_COLUMNS) -> None:
+    """Write the lab's rows with the header ``columns`` (CSV_COLUMNS, or WHY_COLUMNS for why rows)."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -201,6 +279,19 @@ def read_csv(path: str | Path = RESULTS_CSV) -> list[dict]:
              "exact_match": float(r["exact_match"])} for r in rows]
 
 
+def read_why_csv(path: str | Path = WHY_CSV) -> list[dict]:
+    """Read the why CSV back: rows with WHY_COLUMNS, seeds and lengths as ints, accuracy as float."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or tuple(rows[0]) != WHY_COLUMNS:
+        raise ValueError(f"{path} is not a why CSV: its header must be {WHY_COLUMNS}")
+    unknown = {r["cell"] for r in rows} - set(CELLS)
+    if unknown:
+        raise ValueError(f"{path} names cells {sorted(unknown)}; the cells are {CELLS}")
+    return [{"scheme": r["scheme"], "seed": int(r["seed"]), "train_length": int(r["train_length"]),
+             "cell": r["cell"], "accuracy": float(r["accuracy"])} for r in rows]
+
+
 def format_table(rows: list[dict], lengths: tuple[int, ...], *, metric: str = "token_accuracy") -> str:
     """A plain-text table: one line per scheme, one column per length, the mean over seeds."""
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
@@ -211,23 +302,76 @@ def format_table(rows: list[dict], lengths: tuple[int, ...], *, metric: str = "t
     return "\n".join(lines)
 
 
+def summarize(rows: list[dict], *, metric: str = "token_accuracy",
+              lengths: tuple[int, int] | None = None) -> dict[str, dict]:
+    """One number per scheme and seed, the mean of ``metric`` over the lengths past training:
+
+        score(scheme, seed) = mean_{n in rows, L < n <= 3L} metric(scheme, seed, n)
+
+    then its mean, sample standard deviation, minimum and maximum over the seeds.
+
+    Args:
+        rows: the lab's rows (run_lab's or read_csv's).
+        metric: "token_accuracy" or "exact_match".
+        lengths: (lo, hi) to average over lo < n <= hi instead (default (L, 3L)).
+    Returns:
+        {scheme: {"per_seed": {seed: score}, "mean": .., "std": .., "min": .., "max": ..}}, schemes
+        in the order of the rows.
+    """
+    if not rows:
+        raise ValueError("rows must hold at least one row of the lab (run_lab(...).rows or read_csv())")
+    L = rows[0]["train_length"]
+    lo, hi = (L, 3 * L) if lengths is None else lengths
+    out: dict[str, dict] = {}
+    for scheme in dict.fromkeys(r["scheme"] for r in rows):
+        per_seed: dict[int, float] = {}
+        for seed in dict.fromkeys(r["seed"] for r in rows if r["scheme"] == scheme):
+            values = [float(r[metric]) for r in rows
+                      if r["scheme"] == scheme and r["seed"] == seed and lo < r["length"] <= hi]
+            if not values:
+                raise ValueError(f"no rows with {lo} < length <= {hi} for scheme={scheme!r}, seed={seed}")
+            per_seed[seed] = sum(values) / len(values)
+        scores = list(per_seed.values())
+        out[scheme] = {"per_seed": per_seed, "mean": statistics.fmean(scores),
+                       "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                       "min": min(scores), "max": max(scores)}
+    return out
+
+
+def format_summary(summary: dict[str, dict]) -> str:
+    """A plain-text table of ``summarize``: mean +- std over the seeds, the range, each seed."""
+    lines = [f"{'scheme':<12}{'mean':>7}{'std':>7}   {'min .. max':<14}per seed"]
+    for scheme, s in sorted(summary.items(), key=lambda kv: -kv[1]["mean"]):
+        seeds = "  ".join(f"{v:.3f}" for v in s["per_seed"].values())
+        lines.append(f"{scheme:<12}{s['mean']:>7.3f}{s['std']:>7.3f}   "
+                     f"{s['min']:.3f} .. {s['max']:.3f}  {seeds}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Rerun the length-extrapolation lab; write its CSV.")
     parser.add_argument("--out", default=str(RESULTS_CSV), help="CSV to write (default: %(default)s)")
+    parser.add_argument("--why", default=str(WHY_CSV), help="why CSV to write (default: %(default)s)")
     parser.add_argument("--fast", action="store_true", help="the reduced FAST setting")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per model (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="models trained at once, one process each (default: %(default)s)")
     args = parser.parse_args(argv)
     config = FAST if args.fast else FULL
     start = time.perf_counter()
-    result = run_lab(config, csv_path=args.out, threads=args.threads)
+    result = run_lab(config, csv_path=args.out, why_path=args.why, threads=args.threads, workers=args.workers)
     seconds = time.perf_counter() - start
     lengths = (config.train_length, 2 * config.train_length, 3 * config.train_length)
     print(format_table(result.rows, lengths))
     print(format_table(result.rows, lengths, metric="exact_match"))
+    print(f"token accuracy, mean over {config.train_length} < n <= {3 * config.train_length}, "
+          f"over {len(config.seeds)} seed(s):")
+    print(format_summary(summarize(result.rows)))
     print(f"{len(config.schemes)} schemes x {len(config.seeds)} seed(s) trained and evaluated in "
-          f"{seconds:.0f} s on {args.threads} thread(s); wrote {args.out}")
+          f"{seconds:.0f} s ({args.workers} worker(s), {args.threads} thread(s) each); wrote {args.out} "
+          f"and {args.why}")
 
 
 if __name__ == "__main__":
     main()
-
