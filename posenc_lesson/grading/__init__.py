@@ -15,7 +15,8 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
                  the library computes, each wrong answer a misconception with its id
     permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation, context_extension
                  one topic file per lesson's tasks: cases, references, mistakes and hints, and the
-                 lesson's concept questions
+                 lesson's concept questions (lesson 08's in extrapolation_questions: its tasks fill
+                 extrapolation.py to the size limit)
     posenc-grade, one module per stage:
     submissions  find the submitted notebooks and match each to its exercise
     plan         the trusted cells of solutions/, with the learner's solution cells swapped in

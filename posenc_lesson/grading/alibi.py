@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import alibi as _alibi
 from .. import attention as _attention
-from .concepts import Misconception, choice_judge, number_judge, register_question
+from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     ATTENTION_FORBIDDEN,
     Mistake,
@@ -239,7 +239,7 @@ def _slope_12() -> float:
     return float(_alibi.alibi_slopes(12)[8])
 
 
-register_question(
+register(question(
     id="07_q_slope_12", title="Predict: the slope of head 8 in a 12-head model",
     entry="answer_07_slope_12", forbidden=("posenc_lesson.grading.alibi._slope_12",),
     judge=number_judge(_slope_12, [
@@ -259,7 +259,7 @@ register_question(
         Misconception(lambda: float(_slopes_off_by_one(12)[8]), "your slopes start at 2^0 = 1: off by one "
                       "in the exponent.", "head h of n heads (n a power of 2) has 2^(-8(h+1)/n).",
                       id="alibi.twelve_off_by_one"),
-    ], "alibi_slopes(12) = the slopes of 8 heads, then the first 4 of slopes(16)[0::2].", rtol=1e-3))
+    ], "alibi_slopes(12) = the slopes of 8 heads, then the first 4 of slopes(16)[0::2].", rtol=1e-3)))
 
 
 def _bloom_same() -> tuple[bool, bool]:
@@ -277,7 +277,7 @@ def _bloom_same() -> tuple[bool, bool]:
     return same[0], same[1]
 
 
-register_question(
+register(question(
     id="07_q_bloom", title="Predict: BLOOM's bias +m j against ALiBi's",
     entry="answer_07_bloom", forbidden=("posenc_lesson.grading.alibi._bloom_same",),
     judge=choice_judge({"a": (True, False), "b": (False, False), "c": (True, True)}, _bloom_same, [
@@ -288,4 +288,4 @@ register_question(
         Misconception("c", "you forgot the keys after the query: without a mask, +m j rewards them while "
                       "-m |i - j| penalises them, and that is no per-row constant.",
                       "compare the two biases on a key j > i.", id="alibi.bloom_same_without_mask"),
-    ], "BLOOM adds m j to the score of key j, in every row."))
+    ], "BLOOM adds m j to the score of key j, in every row.")))

@@ -16,8 +16,8 @@ answer; a wrong number no misconception explains gets ``generic.wrong_unknown``.
 
     choice_judge(options={"a": value, ...}, truth=fn, misconceptions=[Misconception("a", ...), ...])
     number_judge(truth=fn, misconceptions=[Misconception(lambda: 16, ...), ...], rtol=1e-6)
-    register_question(id="06_q_half_pairs", title=..., entry="answer_06_half_pairs", judge=...,
-                      forbidden=(the topic file's truth function,))
+    register(question(id="06_q_half_pairs", title=..., entry="answer_06_half_pairs", judge=...,
+                      forbidden=(the topic file's truth function,)))   # in the lesson's topic file
 
 A question allows the public library (``allowed=("posenc_lesson",)``): it asks for a prediction,
 and checking one with the library is learning, not cheating (a value typed in after computing it
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from .judges import feedback, type_text
-from .tasks import Judged, Task, diagnoses, is_marker, mistake_id, register
+from .tasks import Judged, Task, diagnoses, is_marker, mistake_id
 
 ANSWER = "answer"  # the run kind (in_kernel.RUNS)
 
@@ -152,9 +152,9 @@ def number_judge(truth: Callable[[], float], misconceptions: list[Misconception]
     return judge
 
 
-def register_question(*, id: str, title: str, entry: str, judge: Callable[[list, list], Judged],
-                      forbidden: tuple[str, ...], points: int = 1) -> Task:
-    """Register a concept question: one empty case, the same for every seed; the public library allowed."""
-    return register(Task(id=id, title=title, points=points, entry=entry, forbidden=forbidden,
-                         cases=lambda: [()], run=ANSWER, judge=judge, hidden=lambda seed: [()],
-                         allowed=("posenc_lesson",)))
+def question(*, id: str, title: str, entry: str, judge: Callable[[list, list], Judged],
+             forbidden: tuple[str, ...], points: int = 1) -> Task:
+    """A concept question's Task (its topic file registers it): one empty case, the same for every
+    seed; the public library allowed."""
+    return Task(id=id, title=title, points=points, entry=entry, forbidden=forbidden, cases=lambda: [()],
+                run=ANSWER, judge=judge, hidden=lambda seed: [()], allowed=("posenc_lesson",))

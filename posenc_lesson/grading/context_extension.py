@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .. import rope as _rope
 from .. import rope_scaling as _scaling
-from .concepts import Misconception, choice_judge, number_judge, register_question
+from .concepts import Misconception, choice_judge, question
 from .judges import Mistake, call, randn, seeded, tensor_judge
 from .tasks import Task, register
 
@@ -389,46 +389,18 @@ _register(
 )
 
 
-# --------------------------------------------------------------------------------------
-# Concept questions (concepts.py): the answers from the library's scaled frequencies
-# --------------------------------------------------------------------------------------
-
-def _dynamic_slowest(factor: float = 4.0, head_dim: int = 128, t_train: int = 4096) -> float:
-    """How many times slower dynamic NTK turns the slowest pair at its target length factor * t_train."""
-    theta = _scaling.scaled_rope_frequencies(head_dim, method="dynamic", factor=factor,
-                                             original_max_len=t_train, seq_len=int(factor * t_train))[0]
-    return float(_theta(head_dim)[-1] / theta.double()[-1])
-
-
-register_question(
-    id="09_q_dynamic_factor", title="Predict: dynamic NTK's slowest pair at the target length",
-    entry="answer_09_dynamic_factor", forbidden=("posenc_lesson.grading.context_extension._dynamic_slowest",),
-    judge=number_judge(_dynamic_slowest, [
-        Misconception(4, "you expect dynamic NTK to divide the slowest pair by s at the target, as PI "
-                      "does; it rescales for the current length l with s l / T - (s - 1), and at l = s T "
-                      "that is more than s.", "put l = s T into s l / T - (s - 1).",
-                      id="context_extension.dynamic_is_s"),
-        Misconception(16, "you squared s; the dynamic scale at length l is s l / T - (s - 1).",
-                      "put l = s T into s l / T - (s - 1).", id="context_extension.dynamic_is_s_squared"),
-        Misconception(1, "you expect NTK scaling to leave the slowest pair alone; changing the base slows "
-                      "the slow pairs most and leaves the fastest one alone.",
-                      "the new base b s'^(Dh/(Dh-2)) divides theta_i by s'^(2i/(Dh-2)): what is that for "
-                      "the last pair?", id="context_extension.ntk_keeps_slowest"),
-    ], "dynamic NTK uses the NTK base for the scale s' = s l / T_train - (s - 1) at the current length l.",
-        rtol=1e-4))
-
+# ---- Concept question (concepts.py): the answer from the library's scaled frequencies ----------
 
 def _yarn_kept(factor: float = 8.0, head_dim: int = 128, t_train: int = 4096) -> str:
     """Which pairs YaRN (the checkpoints' ramp) leaves at their frequency: "fast", "slow", "none", "all"."""
-    theta = _scaling.scaled_rope_frequencies(head_dim, method="yarn", factor=factor,
-                                             original_max_len=t_train)[0].double()
-    kept = torch.isclose(theta, _theta(head_dim), rtol=1e-6)  # (Dh/2,)
+    theta = _scaling.scaled_rope_frequencies(head_dim, method="yarn", factor=factor, original_max_len=t_train)
+    kept = torch.isclose(theta[0].double(), _theta(head_dim), rtol=1e-6)  # (Dh/2,)
     if bool(kept.all()) or not bool(kept.any()):
         return "all" if bool(kept.all()) else "none"
     return "fast" if bool(kept[0]) and not bool(kept[-1]) else "slow"
 
 
-register_question(
+register(question(
     id="09_q_yarn_keeps", title="Predict: which pairs YaRN leaves alone",
     entry="answer_09_yarn_keeps", forbidden=("posenc_lesson.grading.context_extension._yarn_kept",),
     judge=choice_judge({"a": "fast", "b": "slow", "c": "none", "d": "all"}, _yarn_kept, [
@@ -445,4 +417,4 @@ register_question(
                       "YaRN = NTK-by-parts frequencies + the attention scale.",
                       id="context_extension.yarn_only_scales"),
     ], "YaRN's ramp goes from pairs that turn 32 times or more over the training length to pairs that "
-       "turn at most once."))
+       "turn at most once.")))

@@ -22,8 +22,6 @@ from torch import Tensor
 from .. import alibi as _alibi
 from ..lab.copy_task import copy_batch
 from ..lab.model import TinyDecoder
-from ..relative import t5_relative_position_bucket
-from .concepts import Misconception, number_judge, register_question
 from .judges import (
     ONE_THREAD,
     TABLE_MISTAKES,
@@ -401,40 +399,3 @@ register(Task(
                        "argmax(logits[:, n + k]) and the answer is tokens[:, n + k + 1]; average over "
                        "the batch."),
 ))
-
-
-# --------------------------------------------------------------------------------------
-# Concept question (concepts.py): the lab's T5 buckets, from the library's bucket function
-# --------------------------------------------------------------------------------------
-
-_L = 16  # the full lab's training length: copies of n <= L symbols, T <= 2L + 2, distances 0 .. 2L + 1
-
-
-def _decoder_bucket(distance: int) -> int:
-    """The lab's T5 bucket (one-way, 32 buckets, max_distance 128) of a key `distance` tokens back."""
-    return int(t5_relative_position_bucket(torch.tensor([-distance]), bidirectional=False)[0])
-
-
-def _first_new_bucket(trained_up_to: int = 2 * _L + 1) -> int:
-    """The first distance whose bucket no distance 0 .. trained_up_to reaches."""
-    reached = {_decoder_bucket(d) for d in range(trained_up_to + 1)}
-    return next(d for d in range(trained_up_to + 1, 10 * trained_up_to) if _decoder_bucket(d) not in reached)
-
-
-register_question(
-    id="08_q_t5_new_bucket", title="Predict: where the lab's T5 model meets an untrained bucket",
-    entry="answer_08_t5_new_bucket", forbidden=("posenc_lesson.grading.extrapolation._first_new_bucket",),
-    judge=number_judge(_first_new_bucket, [
-        Misconception(2 * _L + 2, "you take the first distance no training sequence had; but buckets group "
-                      "distances, and that one shares its bucket with distances training did use.",
-                      "list the buckets of the distances 30 to 40.",
-                      id="extrapolation.first_unseen_distance"),
-        Misconception(_L + 1, "you take the first copy offset past L as the first new bucket; training "
-                      "sequences hold keys at every distance up to 2L + 1, not only at the copy offsets.",
-                      "which distances occur in a training sequence of T = 2L + 2 tokens?",
-                      id="extrapolation.first_offset_past_l"),
-        Misconception(lambda: _first_new_bucket(_L), "that is where the copy's key first lands in a bucket "
-                      "the *copy* never used; training still reached that bucket, with other keys.",
-                      "the question asks for a bucket no training sequence reached at all.",
-                      id="extrapolation.first_bucket_new_to_the_copy"),
-    ], "one-way buckets: exact up to 15, then log-spaced up to 128; training had distances 0 .. 2L + 1."))

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .concepts import Misconception, number_judge, register_question
+from .concepts import Misconception, number_judge, question
 from .judges import (
     MODULE_TABLE,
     SINUSOIDAL_FORBIDDEN,
@@ -198,7 +198,7 @@ def _rows_with_gradient() -> tuple[int, int, int]:
     return int((table.grad.abs().sum(-1) > 0).sum()), longest, len(with_loss)
 
 
-register_question(
+register(question(
     id="04_q_trained_rows", title="Predict: how many rows of a learned table ever train",
     entry="answer_04_trained_rows", forbidden=("posenc_lesson.grading.learned._rows_with_gradient",),
     judge=number_judge(lambda: _rows_with_gradient()[0], [
@@ -214,4 +214,4 @@ register_question(
         Misconception(_L_MAX, "you expect the whole table to train; a row past every training sequence is "
                       "never looked up, so it keeps its random initial values.",
                       "how long is the longest training sequence?", id="learned.whole_table_trains"),
-    ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n."))
+    ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n.")))

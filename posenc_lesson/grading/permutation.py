@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import attention as _attention
 from . import given
-from .concepts import Misconception, choice_judge, register_question
+from .concepts import Misconception, choice_judge, question
 from .judges import (
     ATOL,
     ATTENTION_FORBIDDEN,
@@ -201,7 +201,7 @@ def _pooled_orders() -> str:
     return "same while word 1 stays in the middle" if same[(2, 1, 0)] else "differ"
 
 
-register_question(
+register(question(
     id="01_q_pooled_order", title="Predict: a pooled sentence vector after a swap",
     entry="answer_01_pooled_order", forbidden=("posenc_lesson.grading.permutation._pooled_orders",),
     judge=choice_judge(
@@ -216,7 +216,7 @@ register_question(
                           "alike; equivariance holds for every permutation, not only for this swap.",
                           "try the argument for an order that moves the verb to the front.",
                           id="permutation.only_some_orders_alike"),
-        ], "compare what each word's output is in both sentences, then what the mean over the rows is."))
+        ], "compare what each word's output is in both sentences, then what the mean over the rows is.")))
 
 
 def _causal_swap_unchanged() -> frozenset[int]:
@@ -229,7 +229,7 @@ def _causal_swap_unchanged() -> frozenset[int]:
     return frozenset(t for t in range(4) if torch.allclose(before[t], after[t], atol=1e-6))
 
 
-register_question(
+register(question(
     id="01_q_causal_swap", title="Predict: which outputs of causal attention survive a swap",
     entry="answer_01_causal_swap", forbidden=("posenc_lesson.grading.permutation._causal_swap_unchanged",),
     judge=choice_judge(
@@ -248,4 +248,4 @@ register_question(
                           "or the query itself, changes.",
                           "go through the four positions one by one: which query and which set of "
                           "tokens does each see, before and after?", id="permutation.last_token_sees_order"),
-        ], "a causal query at position t is a weighted mean over the set of tokens 0 .. t."))
+        ], "a causal query at position t is a weighted mean over the set of tokens 0 .. t.")))

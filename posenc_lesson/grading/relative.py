@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import relative as _relative
-from .concepts import Misconception, number_judge, register_question
+from .concepts import Misconception, number_judge, question
 from .judges import Mistake, call, diagnoses, seeded, tensor_judge
 from .tasks import Task, register
 
@@ -345,7 +345,7 @@ def _single_offset_buckets(num_buckets: int = 32, max_distance: int = 128) -> in
 
 _MAX_EXACT = 32 // 2 // 2  # T5's encoder: 16 buckets per direction, the first 8 exact
 
-register_question(
+register(question(
     id="05_q_single_buckets", title="Predict: how many of T5's 32 buckets hold a single offset",
     entry="answer_05_single_buckets", forbidden=("posenc_lesson.grading.relative._single_offset_buckets",),
     judge=number_judge(_single_offset_buckets, [
@@ -360,7 +360,7 @@ register_question(
                       "hold ever more offsets, and the last one holds every offset from its start on.",
                       "which distances share the bucket after the exact ones?",
                       id="relative.one_offset_per_bucket"),
-    ], "T5's encoder: 32 buckets, 16 per direction, max_exact = 8, max_distance = 128; offsets j - i."))
+    ], "T5's encoder: 32 buckets, 16 per direction, max_exact = 8, max_distance = 128; offsets j - i.")))
 
 
 def _shaw_row() -> int:
@@ -368,7 +368,7 @@ def _shaw_row() -> int:
     return int(_index_ref(6, 6, 3)[5, 0])
 
 
-register_question(
+register(question(
     id="05_q_shaw_row", title="Predict: the row of Shaw's table for a key five tokens back",
     entry="answer_05_shaw_row", forbidden=("posenc_lesson.grading.relative._shaw_row",),
     judge=number_judge(_shaw_row, [
@@ -382,4 +382,4 @@ register_question(
         Misconception(lambda: int(_offsets(6, 6, 0)[5, 0].clamp(-3, 3)), "you clipped but did not shift: "
                       "adding k turns the labels -k .. k into rows of the table.",
                       "clip(j - i, -k, k) + k.", id="relative.row_not_shifted"),
-    ], "row = clip(j - i, -k, k) + k, with k = 3."))
+    ], "row = clip(j - i, -k, k) + k, with k = 3.")))

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import rope as _rope
-from .concepts import Misconception, choice_judge, register_question
+from .concepts import Misconception, choice_judge, question
 from .judges import (
     Mistake,
     call,
@@ -256,7 +256,7 @@ def _pairs(partner: Any, dh: int = 8) -> frozenset[frozenset[int]]:
     return frozenset(frozenset((i, partner(i))) for i in range(dh) if i < partner(i))
 
 
-register_question(
+register(question(
     id="06_q_half_pairs", title="Predict: which channels the half layout pairs",
     entry="answer_06_half_pairs", forbidden=("posenc_lesson.grading.rope._half_pairs",),
     judge=choice_judge({"a": _pairs(lambda i: i ^ 1), "b": _pairs(lambda i: (i + 4) % 8),
@@ -271,7 +271,7 @@ register_question(
                       "reordering: every channel turns together with exactly one other.",
                       "each pair is one complex number, multiplied by e^(i m theta).",
                       id="rope.rotation_mixes_all_channels"),
-    ], "the half layout is the one of GPT-NeoX and Hugging Face's LLaMA, with rotate_half."))
+    ], "the half layout is the one of GPT-NeoX and Hugging Face's LLaMA, with rotate_half.")))
 
 
 def _score_spread(distance: int, dh: int = 64) -> float:
@@ -289,7 +289,7 @@ def _random_score_decay() -> str:
     return "smaller spread far away" if far < near else "larger spread far away"
 
 
-register_question(
+register(question(
     id="06_q_decay", title="Predict: RoPE scores of random q and k, near and far",
     entry="answer_06_decay", forbidden=("posenc_lesson.grading.rope._random_score_decay",
                                         "posenc_lesson.grading.rope._score_spread"),
@@ -302,4 +302,4 @@ register_question(
         Misconception("c", "you expect the decaying bound to shrink the typical score; the spread of "
                       "q^T R k is the square root of tr(R R^T), and R is a rotation at every distance.",
                       "what is R R^T for a rotation?", id="rope.spread_decays"),
-    ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5)."))
+    ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5).")))

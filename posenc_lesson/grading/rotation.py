@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
-from .concepts import Misconception, choice_judge, number_judge, register_question
+from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     SCALAR,
     SINUSOIDAL_FORBIDDEN,
@@ -153,7 +153,7 @@ def _way_back() -> str:
     return "none"
 
 
-register_question(
+register(question(
     id="03_q_look_back", title="Predict: the matrix that moves k positions back",
     entry="answer_03_look_back", forbidden=("posenc_lesson.grading.rotation._way_back",),
     judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"}, _way_back, [
@@ -168,7 +168,7 @@ register_question(
                       "is one fixed rotation per pair, the same at every position.",
                       "M_k M_(-k) = M_0 = I, so M_(-k) is the inverse of M_k: which matrix is the "
                       "inverse of a rotation?", id="rotation.way_back_depends_on_position"),
-    ], "M_(-k) undoes M_k: it is the inverse of a block-diagonal rotation."))
+    ], "M_(-k) undoes M_k: it is the inverse of a block-diagonal rotation.")))
 
 
 def _self_dot() -> float:
@@ -176,7 +176,7 @@ def _self_dot() -> float:
     return float(pe_table(1, 64, start=123).double()[0].square().sum())
 
 
-register_question(
+register(question(
     id="03_q_self_dot", title="Predict: PE_pos . PE_pos at d_model = 64",
     entry="answer_03_self_dot", forbidden=("posenc_lesson.grading.rotation._self_dot",),
     judge=number_judge(_self_dot, [
@@ -188,4 +188,4 @@ register_question(
         Misconception(8, "that is the square root of the number of channels; the dot product of a row "
                       "with itself is its squared norm, a sum over the pairs.",
                       "sum sin^2 + cos^2 over the pairs.", id="rotation.norm_not_squared"),
-    ], "PE_pos . PE_(pos + k) = sum over the pairs of cos(k w_i); here k = 0."))
+    ], "PE_pos . PE_(pos + k) = sum over the pairs of cos(k w_i); here k = 0.")))

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
-from .concepts import Misconception, choice_judge, number_judge, register_question
+from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     SINUSOIDAL_FORBIDDEN,
     TABLE_MISTAKES,
@@ -121,7 +121,7 @@ def _dots_like_5_9() -> frozenset[tuple[int, int]]:
     return frozenset(found)
 
 
-register_question(
+register(question(
     id="02_q_dot_offset", title="Predict: which dot products of encodings are equal",
     entry="answer_02_dot_offset", forbidden=("posenc_lesson.grading.sinusoidal._dots_like_5_9",),
     judge=choice_judge(
@@ -134,7 +134,7 @@ register_question(
                           "pair contributes sin(a) sin(b) + cos(a) cos(b), and the positions drop out.",
                           "write sin(a) sin(b) + cos(a) cos(b) as one cosine: of what?",
                           id="sinusoidal.dot_depends_on_positions"),
-        ], "PE_m . PE_n = sum over the pairs of sin(m w_i) sin(n w_i) + cos(m w_i) cos(n w_i)."))
+        ], "PE_m . PE_n = sum over the pairs of sin(m w_i) sin(n w_i) + cos(m w_i) cos(n w_i).")))
 
 
 def _slowest_wavelength() -> float:
@@ -142,7 +142,7 @@ def _slowest_wavelength() -> float:
     return float(_wavelengths(512)[-1])
 
 
-register_question(
+register(question(
     id="02_q_slowest_wavelength", title="Predict: the slowest pair's wavelength at d_model = 512",
     entry="answer_02_slowest_wavelength", forbidden=("posenc_lesson.grading.sinusoidal._slowest_wavelength",),
     judge=number_judge(_slowest_wavelength, [
@@ -162,4 +162,4 @@ register_question(
                       "counts channel *pairs*, and the exponent is 2i/d_model.",
                       "w_i = 10000^(-2i/d_model) for i = 0 .. d_model/2 - 1.",
                       id="sinusoidal.pairs_exponent_halved"),
-    ], "w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1; one turn is 2 pi / w_i positions.", rtol=1e-3))
+    ], "w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1; one turn is 2 pi / w_i positions.", rtol=1e-3)))
