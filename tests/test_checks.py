@@ -318,6 +318,9 @@ CHEATS = {
     "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
                            "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
                            "causal=True)[0]"),
+    "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
+                         "def copy_accuracy_by_position(tokens, logits):\n"
+                         "    return lab(tokens, logits)"),
     "09_pi_frequencies": ("def pi_frequencies(head_dim, factor, base=10000.0):\n"
                           "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, "
                           "method='linear', factor=factor, original_max_len=1)[0]"),

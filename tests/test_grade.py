@@ -441,3 +441,14 @@ def test_discovery_layouts_and_a_notebook_sent_twice(tmp_path):
     assert [f["kind"] for f in alice.flags] == ["duplicate"]
     assert f"{SUBJECT}-Copy1" in alice.flags[0]["message"]
     assert warnings == []
+
+
+def test_demo_cells_are_not_part_of_the_plan():
+    """Lesson 08's predict-then-measure cell trains two models for the learner to look at; it scores
+    nothing, so it is tagged ``demo`` and the grader does not spend a submission's time on it."""
+    sol = nbformat.read(SOLUTIONS / "08_length_extrapolation.ipynb", as_version=4)
+    demos = [c for c in sol.cells if plan.DEMO_TAG in c.metadata.get("tags", [])]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in demos] == ["08_see_it"]
+    ex = plan.load_exercises(SOLUTIONS, set(grading.TASKS))["08_length_extrapolation"]
+    assert "08_see_it" not in [s.grade_id for s in ex.steps]
+    assert {s.kind for s in ex.steps} == {"setup", "solution"}

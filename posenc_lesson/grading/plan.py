@@ -2,7 +2,9 @@
 
 An :class:`Exercise` is a solution notebook reduced to its steps: every code cell that is
 neither a solution cell nor a graded test cell runs as the course wrote it ("setup"), and
-each solution cell is a slot. :func:`make_plan` fills each slot with the submission's cell of
+each solution cell is a slot. A code cell tagged ``demo`` (a demonstration for the learner, such as
+lesson 08's predict-then-measure cell that trains two models) is not part of the plan: it scores
+nothing, so grading does not spend time on it. :func:`make_plan` fills each slot with the submission's cell of
 the same nbgrader ``grade_id``; nothing else of the submission runs (not its check cells, not
 cells a learner added). A task whose cell is missing or duplicated scores 0 with a reason.
 """
@@ -17,6 +19,8 @@ from typing import Any
 import nbformat
 
 from .errors import UsageError
+
+DEMO_TAG = "demo"  # cell tag: a demonstration cell the grader does not run
 
 # --------------------------------------------------------------------------------------
 # The trusted side: exercises read from solutions/
@@ -72,6 +76,9 @@ def load_exercises(solutions_dir: Path, tasks: Iterable[str] | None = None) -> d
                 continue
             nbg = _nbgrader(cell)
             gid = nbg.get("grade_id")
+            tags = cell.get("metadata", {}).get("tags", [])
+            if DEMO_TAG in tags and not nbg.get("solution") and not nbg.get("grade"):
+                continue  # a demonstration: it scores nothing, so grading skips it
             if nbg.get("solution"):
                 steps.append(Step("solution", gid, "", number))
                 if gid is not None and (tasks is None or gid in tasks):
