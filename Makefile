@@ -40,7 +40,7 @@ lint: $(STAMP)
 test-lib test-notebooks: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
-	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS) tests
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile $(PYTEST_ARGS) tests
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile notebooks solutions

@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 from ..rope_scaling import SCALING_METHODS
 from .copy_task import copy_batch
 from .experiments import LabConfig, build_model
+from .experiments import write_csv as _write_csv
 from .model import TinyDecoder
 from .train import evaluate, train
 
@@ -286,11 +287,8 @@ def format_summary(rows: list[dict], *, metric: str = "token_accuracy") -> str:
 
 
 def write_csv(rows: list[dict], path: str | Path) -> None:
-    """Write the lab's rows with the header CSV_COLUMNS."""
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    """Write the lab's rows with the header CSV_COLUMNS (the length-extrapolation lab's writer)."""
+    _write_csv(rows, path, columns=CSV_COLUMNS)
 
 
 def read_csv(path: str | Path = RESULTS_CSV) -> list[dict]:
