@@ -1,4 +1,5 @@
-"""Lesson 09's exercise tasks (posenc_lesson/grading/context_extension.py) grade what they promise.
+"""Lesson 09's exercise tasks (grading/context_extension.py, grading/partial_rotary.py) grade what they
+promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
 changed into the wrong implementations people write (PI multiplying by s, a reversed YaRN ramp,
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.grading import TASKS, outputs_of, score
+from posenc_lesson.grading import TASKS, outputs_of, partial_rotary, score
 from posenc_lesson.grading import context_extension as topic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
 EXERCISE = ROOT / "exercises" / "09_context_extension.ipynb"
 TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_yarn_scores", "09_fix_partial_rotary")
 HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_frequencies": topic._yarn_cases,
-          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": topic._partial_cases}
+          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": partial_rotary._partial_cases}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -268,5 +269,5 @@ def test_hidden_inputs_keep_the_stated_constraints():
         for q, k, theta, scale in topic._scores_cases(seed):
             assert q.shape == k.shape and theta.shape == (q.shape[-1] // 2,)
             assert 0.1 * math.log(2) + 1 <= scale <= 0.1 * math.log(32) + 1  # YaRN's scale, factor 2 .. 32
-        for x, positions, rotary_dim in topic._partial_cases(seed):
+        for x, positions, rotary_dim in partial_rotary._partial_cases(seed):
             assert rotary_dim % 2 == 0 and 2 <= rotary_dim < x.shape[-1] and positions.shape == (x.shape[-2],)

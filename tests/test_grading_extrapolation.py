@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from posenc_lesson.grading import TASKS, load_topics, outputs_of, score
-from posenc_lesson.grading import extrapolation as topic
+from posenc_lesson.grading import copy_accuracy as topic
+from posenc_lesson.grading.judges import close
 from posenc_lesson.lab import analysis
 from posenc_lesson.lab.copy_task import BOS, SEP
 
@@ -129,7 +130,7 @@ def test_cases_keep_to_the_statement_for_any_seed(seed):
         assert torch.all(top2[..., 0] - top2[..., 1] > 1.0)  # no ties, no near-ties
     assert topic._accuracy_cases(seed)[0][1].equal(cases[0][1])  # deterministic
     for mistake in topic._ACCURACY_MISTAKES:
-        assert any(not topic.close(mistake.compute(tok, lg).double(), topic._copy_accuracy(tok, lg))
+        assert any(not close(mistake.compute(tok, lg).double(), topic._copy_accuracy(tok, lg))
                    for tok, lg in cases)
 
 

@@ -13,10 +13,11 @@ Inside, one concern per module (imports point one way: math <- lab <- grading):
     judges       the shared tensor judge, tolerances, mistakes several lessons share
     concepts     concept questions (run kind "answer"): a letter or a number, judged against what
                  the library computes, each wrong answer a misconception with its id
-    permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation, context_extension
-                 one topic file per lesson's tasks: cases, references, mistakes and hints, and the
-                 lesson's concept questions (lesson 08's in extrapolation_questions: its tasks fill
-                 extrapolation.py to the size limit)
+    permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation,
+    copy_accuracy, context_extension, partial_rotary
+                 the topic files, in TOPICS: each lesson's tasks (cases, references, mistakes and
+                 hints) and its concept questions; lesson 08 keeps its measurement task in
+                 copy_accuracy and lesson 09 its partial rotary in partial_rotary
     posenc-grade, one module per stage:
     submissions  find the submitted notebooks and match each to its exercise
     plan         the trusted cells of solutions/, with the learner's solution cells swapped in

@@ -1,6 +1,7 @@
-"""Lesson 09's tasks (exercises/09_context_extension.ipynb): position-interpolation frequencies,
-YaRN's frequencies (the ramp as the checkpoints' code computes it), YaRN's attention scale on q
-and k, and a partial rotary with a bug to find.
+"""Lesson 09's tasks on scaled frequencies (exercises/09_context_extension.ipynb): position-
+interpolation frequencies, YaRN's frequencies (the ramp as the checkpoints' code computes it),
+YaRN's attention scale on q and k, and a concept question. The lesson's partial-rotary task, a
+different idea (which channels turn, not how fast), is in ``partial_rotary.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random ones drawn from the task's stated constraints; another
@@ -12,7 +13,6 @@ which equals Hugging Face's rope initialisation; the known mistakes are computed
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -20,18 +20,8 @@ from torch import Tensor
 from .. import rope as _rope
 from .. import rope_scaling as _scaling
 from .concepts import Misconception, choice_judge, question
-from .judges import Mistake, call, randn, seeded, tensor_judge
+from .judges import Mistake, call, draw, randn, seeded, tensor_judge
 from .tasks import Task, register
-
-
-def _register(**fields: Any) -> None:
-    """register(Task(...)), passing ``hidden`` and ``allowed`` only to a Task that has them."""
-    register(Task(**{name: value for name, value in fields.items() if name in Task.__dataclass_fields__}))
-
-
-def _draw(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high (both included)."""
-    return int(torch.randint(low, high + 1, (), generator=g))
 
 
 def _uniform(g: torch.Generator, low: float, high: float) -> float:
@@ -44,12 +34,12 @@ def _theta(head_dim: int, base: float = 10_000.0) -> Tensor:
 
 
 # Every task: the library's scaling (and the private helpers behind it) would solve it.
-_SCALING_FORBIDDEN = ("posenc_lesson.scaled_rope_frequencies", "posenc_lesson.rope_scaling._hf_theta",
+SCALING_FORBIDDEN = ("posenc_lesson.scaled_rope_frequencies", "posenc_lesson.rope_scaling._hf_theta",
                       "posenc_lesson.rope_scaling._linear", "posenc_lesson.rope_scaling._ntk",
                       "posenc_lesson.rope_scaling._dynamic", "posenc_lesson.rope_scaling._yarn",
                       "posenc_lesson.rope_scaling._llama3")
 # apply_rope with frequencies / rotary_dim / attention_scale, and the private helpers it rotates with
-_ROTATION_FORBIDDEN = ("posenc_lesson.apply_rope", "posenc_lesson.rope_rotation_matrix",
+ROTATION_FORBIDDEN = ("posenc_lesson.apply_rope", "posenc_lesson.rope_rotation_matrix",
                        "posenc_lesson.rope._rotation", "posenc_lesson.rope._rotation_default",
                        "posenc_lesson.rope._rotate", "posenc_lesson.rope._angles")
 
@@ -70,8 +60,8 @@ def _pi_cases(seed: int = 0) -> list[tuple]:
     g = seeded(900 + seed)
     cases = []
     for k in range(4):
-        head_dim, factor = 2 * _draw(g, 2, 64), _uniform(g, 1.0, 32.0)
-        base = float(10_000 * 50 ** _draw(g, 0, 1))  # 10000 or 500000
+        head_dim, factor = 2 * draw(g, 2, 64), _uniform(g, 1.0, 32.0)
+        base = float(10_000 * 50 ** draw(g, 0, 1))  # 10000 or 500000
         cases.append((head_dim, factor) if k % 2 else (head_dim, factor, base))
     return cases
 
@@ -107,18 +97,18 @@ _PI_MISTAKES = [
             id="context_extension.ignores_base"),
 ]
 
-_register(
+register(Task(
     id="09_pi_frequencies",
     title="Position-interpolation frequencies",
     points=2,
     entry="pi_frequencies",
-    forbidden=_SCALING_FORBIDDEN + ("posenc_lesson.rope_frequencies", "posenc_lesson.rope._theta"),
+    forbidden=SCALING_FORBIDDEN + ("posenc_lesson.rope_frequencies", "posenc_lesson.rope._theta"),
     cases=_pi_cases,
     hidden=_pi_cases,
     run=call,
     judge=tensor_judge(_pi_ref, _PI_MISTAKES, ("head_dim", "factor", "base"),
                        "theta'_i = base^(-2i/Dh) / factor, i = 0 .. Dh/2 - 1: a (Dh/2,) tensor."),
-)
+))
 
 
 # --------------------------------------------------------------------------------------
@@ -165,9 +155,9 @@ def _yarn_cases(seed: int = 0) -> list[tuple]:
     g = seeded(910 + seed)
     cases = []
     for k in range(4):
-        head_dim, factor, length = 8 * _draw(g, 2, 16), _uniform(g, 2.0, 32.0), _draw(g, 32, 8192)
+        head_dim, factor, length = 8 * draw(g, 2, 16), _uniform(g, 2.0, 32.0), draw(g, 32, 8192)
         cases.append((head_dim, factor, length) if k % 2 else
-                     (head_dim, factor, length, float(10_000 * 50 ** _draw(g, 0, 1))))
+                     (head_dim, factor, length, float(10_000 * 50 ** draw(g, 0, 1))))
     return cases
 
 
@@ -210,12 +200,12 @@ _YARN_MISTAKES = [
             id="context_extension.yarn_is_pi"),
 ]
 
-_register(
+register(Task(
     id="09_yarn_frequencies",
     title="YaRN's frequencies (NTK-by-parts ramp)",
     points=3,
     entry="yarn_frequencies",
-    forbidden=_SCALING_FORBIDDEN,
+    forbidden=SCALING_FORBIDDEN,
     cases=_yarn_cases,
     hidden=_yarn_cases,
     allowed=("posenc_lesson.rope_frequencies",),
@@ -224,7 +214,7 @@ _register(
                        "keep theta_i for i <= low, divide it by the factor for i >= high, and mix "
                        "linearly in i in between: theta'_i = theta_i / factor * ramp_i + "
                        "theta_i * (1 - ramp_i)."),
-)
+))
 
 
 # --------------------------------------------------------------------------------------
@@ -253,9 +243,9 @@ def _scores_cases(seed: int = 0) -> list[tuple]:
     else:
         shapes = []
         for lead in (0, 1, 2):
-            dh = 8 * _draw(g, 1, 4)
-            shape = tuple(_draw(g, 1, 3) for _ in range(lead)) + (_draw(g, 2, 10), dh)
-            shapes.append((shape, _uniform(g, 2.0, 32.0), _draw(g, 2, 12)))
+            dh = 8 * draw(g, 1, 4)
+            shape = tuple(draw(g, 1, 3) for _ in range(lead)) + (draw(g, 2, 10), dh)
+            shapes.append((shape, _uniform(g, 2.0, 32.0), draw(g, 2, 12)))
     cases = []
     for shape, factor, length in shapes:
         theta, scale = _scaling.scaled_rope_frequencies(shape[-1], method="yarn", factor=factor,
@@ -300,93 +290,19 @@ _SCORES_MISTAKES = [
             "return rotated_q @ rotated_k.transpose(-1, -2).", id="context_extension.divided_by_sqrt_dh"),
 ]
 
-_register(
+register(Task(
     id="09_yarn_scores",
     title="YaRN's attention scale on q and k",
     points=2,
     entry="yarn_scores",
-    forbidden=_ROTATION_FORBIDDEN + _SCALING_FORBIDDEN + ("posenc_lesson.scaled_dot_product_attention",),
+    forbidden=ROTATION_FORBIDDEN + SCALING_FORBIDDEN + ("posenc_lesson.scaled_dot_product_attention",),
     cases=_scores_cases,
     hidden=_scores_cases,
     run=call,
     judge=tensor_judge(_scores_ref, _SCORES_MISTAKES, ("q", "k", "theta", "attention_scale"),
                        "turn pair i of token t (positions 0 .. T-1) by t * theta[i], multiply rotated q and "
                        "rotated k each by attention_scale, return their products (..., T, T)."),
-)
-
-
-# --------------------------------------------------------------------------------------
-# 09_fix_partial_rotary: rotate the first rotary_dim channels with rotary_dim in the exponent
-# --------------------------------------------------------------------------------------
-
-def _partial_ref(x: Tensor, positions: Tensor, rotary_dim: int) -> Tensor:
-    return _rope.apply_rope(x.double(), positions, rotary_dim=rotary_dim)
-
-
-def _partial(x: Tensor, positions: Tensor, rotary_dim: int, *, exponent_dim: int | None = None,
-             layout: str = "interleaved", sign: int = 1) -> Tensor:
-    """Partial rotary with the knobs real mistakes turn (float64)."""
-    theta = _theta(exponent_dim or rotary_dim)[: rotary_dim // 2]  # (rotary_dim/2,)
-    part = x.double()[..., :rotary_dim]  # (..., T, rotary_dim)
-    turned = _rope.apply_rope(part, sign * positions, frequencies=theta, layout=layout)
-    return torch.cat((turned, x.double()[..., rotary_dim:]), dim=-1)
-
-
-def _partial_cases(seed: int = 0) -> list[tuple]:
-    """(x (..., T, Dh), positions (T,), rotary_dim): rotary_dim even, 2 <= rotary_dim < Dh."""
-    g = seeded(930 + seed)
-    if seed == 0:
-        specs = [((5, 16), 4, 0), ((2, 2, 6, 24), 6, 100), ((3, 8, 64), 16, 7), ((4, 10), 2, 0)]
-    else:
-        specs = []
-        for lead in (0, 1, 2):
-            rotary_dim = 2 * _draw(g, 1, 8)
-            dh = rotary_dim + _draw(g, 1, 24)
-            shape = tuple(_draw(g, 1, 3) for _ in range(lead)) + (_draw(g, 1, 10), dh)
-            specs.append((shape, rotary_dim, _draw(g, 0, 200)))
-    return [(randn(g, *shape), torch.arange(start, start + shape[-2]), rotary_dim)
-            for shape, rotary_dim, start in specs]
-
-
-_PARTIAL_MISTAKES = [
-    Mistake(lambda x, p, rd: _partial(x, p, rd, exponent_dim=x.shape[-1]),
-            "the exponent uses Dh, the whole head, instead of rotary_dim: your frequencies are "
-            "base^(-2i/Dh). GPT-NeoX and GPT-J compute them over the rotated width only.",
-            "theta_i = 10000^(-2i / rotary_dim), i = 0 .. rotary_dim/2 - 1.",
-            id="context_extension.partial_exponent_uses_dh"),
-    Mistake(lambda x, p, rd: _rope.apply_rope(x.double(), p),
-            "you rotate the pass-through channels: every channel is turned, as in full RoPE.",
-            "turn only x[..., :rotary_dim]; x[..., rotary_dim:] must come back untouched.",
-            id="context_extension.partial_rotates_all"),
-    Mistake(lambda x, p, rd: _partial(x, p, rd)[..., :rd],
-            "you returned only the rotated channels; the pass-through channels are missing.",
-            "torch.cat((rotated, x[..., rotary_dim:]), dim=-1): the output has x's shape.",
-            id="context_extension.partial_drops_pass_through"),
-    Mistake(lambda x, p, rd: _partial(x, p, rd, layout="half"),
-            "inside the rotated part your pairs are (i, i + rotary_dim/2) (the half layout); this "
-            "task uses the interleaved pairs (2i, 2i+1).",
-            "x[..., 0:rotary_dim:2] and x[..., 1:rotary_dim:2] are the two coordinates of each pair.",
-            id="context_extension.partial_half_layout"),
-    Mistake(lambda x, p, rd: _partial(x, p, rd, sign=-1),
-            "you rotate the wrong way, by -m theta_i (the transposed rotation).",
-            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos.",
-            id="context_extension.partial_sign_flipped"),
-]
-
-_register(
-    id="09_fix_partial_rotary",
-    title="Partial rotary (find the bug)",
-    points=2,
-    entry="partial_rope_fixed",
-    forbidden=_ROTATION_FORBIDDEN + _SCALING_FORBIDDEN,
-    cases=_partial_cases,
-    hidden=_partial_cases,
-    allowed=("posenc_lesson.rope_frequencies",),
-    run=call,
-    judge=tensor_judge(_partial_ref, _PARTIAL_MISTAKES, ("x", "positions", "rotary_dim"),
-                       "rotate channels 0 .. rotary_dim - 1 in interleaved pairs with theta_i = "
-                       "10000^(-2i/rotary_dim) and pass the rest through untouched.", partial=False),
-)
+))
 
 
 # ---- Concept question (concepts.py): the answer from the library's scaled frequencies ----------

@@ -1,12 +1,12 @@
-"""Lesson 08's tasks (exercises/08_length_extrapolation.ipynb): the lab's position-scheme
-switch, measuring which TinyDecoder notices a swap of two tokens (and predicting it first),
-and the lab's own measurement: accuracy at each copied position of a copy-task batch.
+"""Lesson 08's tasks on the position schemes (exercises/08_length_extrapolation.ipynb): the lab's
+position-scheme switch, and measuring which TinyDecoder notices a swap of two tokens (and
+predicting it first), and the lesson's concept question. The lab's own measurement, accuracy at
+each copied position, is in ``copy_accuracy.py``.
 
 Hidden cases (``Task.hidden``, any seed but 0): the switch on every scheme with fresh shapes, a
 table too short and a name that is not a scheme; eight of the fifteen (scheme, 1 to 3 layers)
-models for the measurement; new copy-task batches. The prediction has no input and cannot vary.
-The statement lets these answers use the library, but not the grader's references, nor, for the
-copy accuracy, the lab's own measurement.
+models for the measurement. The prediction has no input and cannot vary. The statement lets
+these answers use the library, but not the grader's references.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import torch
 from torch import Tensor
 
 from .. import alibi as _alibi
-from ..lab.copy_task import copy_batch
 from ..lab.model import TinyDecoder
+from ..relative import t5_relative_position_bucket
+from .concepts import Misconception, number_judge, question
 from .judges import (
     ONE_THREAD,
     TABLE_MISTAKES,
     Judged,
-    Mistake,
     as_float_tensor,
     call,
     close,
@@ -38,7 +38,6 @@ from .judges import (
     pick,
     randn,
     seeded,
-    tensor_judge,
     type_text,
 )
 from .tasks import Task, is_marker, register
@@ -291,111 +290,37 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 08_copy_accuracy: the lab's measurement, accuracy at each copied position k = 1 .. n
+# Concept question (concepts.py)
 # --------------------------------------------------------------------------------------
+# 08_q_t5_new_bucket: the lab's T5 scheme uses one-way buckets (32, ``max_distance`` 128, exact up to
+# distance 15). Trained on the copy task with L = 16, its sequences hold up to T = 2L + 2 = 34 tokens,
+# so query-key distances 0 .. 33. From which copy offset n on does the key to copy land in a bucket
+# no training sequence reached? The answer is counted with the library's bucket function.
 
-def _copy_logits(tokens: Tensor, vocab_size: int, g: torch.Generator) -> Tensor:
-    """Logits of a model that copies well early in the copy and worse later, as past L.
-
-    At each scored position t = n + k the arg-max is the right symbol tokens[t + 1] with a
-    probability falling from 0.95 (k = 1) to 0.3 (k = n); otherwise, half the time, x_{k+1}
-    (a copy from one place too far back), else a random id. Elsewhere it is random. Gaussian
-    noise (std 0.5) under a bump of 6 keeps the arg-max unique. (B, T, V)"""
-    b, t = tokens.shape
-    n = (t - 2) // 2
-    choice = torch.randint(0, vocab_size, (b, t), generator=g)  # (B, T) random predictions
-    k = torch.arange(1, n + 1, dtype=torch.float64)  # (n,)
-    p_right = 0.95 - 0.65 * (k - 1) / max(n - 1, 1)  # (n,)
-    u = torch.rand(b, n, generator=g, dtype=torch.float64)  # (B, n)
-    right = tokens[:, n + 2:2 * n + 2]  # (B, n): x_k, the answer at t = n + k
-    wrong = tokens[:, (torch.arange(n) + 1) % n + 1]  # (B, n): x_{k+1} (x_1 for k = n)
-    scored = torch.where(u < p_right, right,
-                         torch.where(u < (1 + p_right) / 2, wrong, choice[:, n + 1:2 * n + 1]))  # (B, n)
-    choice[:, n + 1:2 * n + 1] = scored
-    logits = 0.5 * torch.randn(b, t, vocab_size, generator=g)  # (B, T, V)
-    return logits.scatter_add(-1, choice[..., None], torch.full((b, t, 1), 6.0))  # (B, T, V)
+_L = 16  # the full lab's training length
 
 
-def _accuracy_cases(seed: int = 0) -> list[tuple]:
-    """(tokens (B, 2n + 2), logits (B, 2n + 2, V)) copy-task batches; seed 0: the visible ones.
-
-    Any seed keeps to the statement: 1 <= n <= 12, 1 <= B <= 40, 3 <= V <= 20, tokens as
-    copy_batch draws them (BOS = 0, SEP = 1, symbols 2 .. V - 1)."""
-    g = seeded(880 + seed)
-    shapes = [(24, 6, 18), (16, 9, 10), (1, 4, 6), (32, 1, 5), (12, 12, 3)]  # (B, n, V)
-    if seed:
-        shapes = [(int(torch.randint(1, 41, (), generator=g)), int(torch.randint(1, 13, (), generator=g)),
-                   int(torch.randint(3, 21, (), generator=g))) for _ in shapes]
-    cases = []
-    for b, n, vocab_size in shapes:
-        tokens, _ = copy_batch(b, n, vocab_size, generator=g)  # (B, T)
-        cases.append((tokens, _copy_logits(tokens, vocab_size, g)))  # (B, T), (B, T, V)
-    return cases
+def _first_new_bucket(trained_up_to: int = 2 * _L + 1) -> int:
+    """The first distance whose one-way T5 bucket no distance 0 .. trained_up_to reaches."""
+    buckets = t5_relative_position_bucket(-torch.arange(10 * trained_up_to), bidirectional=False).tolist()
+    return next(d for d, b in enumerate(buckets) if b not in buckets[:trained_up_to + 1])
 
 
-def _accuracy_at(tokens: Tensor, logits: Tensor, queries: slice, answers: slice, dim: int = 0) -> Tensor:
-    """Mean of argmax(logits)[:, queries] == tokens[:, answers] over ``dim``."""
-    hit = logits.argmax(dim=-1)[:, queries] == tokens[:, answers]  # (B, n)
-    return hit.double().mean(dim=dim)
-
-
-def _copy_accuracy(tokens: Tensor, logits: Tensor) -> Tensor:
-    """accuracy[k - 1] = mean_b [argmax logits[b, n + k] == tokens[b, n + k + 1]], k = 1 .. n. (n,)"""
-    n = (tokens.shape[1] - 2) // 2
-    return _accuracy_at(tokens, logits, slice(n + 1, 2 * n + 1), slice(n + 2, 2 * n + 2))  # (n,)
-
-
-def _n(tokens: Tensor) -> int:
-    return (tokens.shape[1] - 2) // 2
-
-
-_ACCURACY_MISTAKES = [
-    Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok) + 1, 2 * _n(tok) + 1),
-                                         slice(_n(tok) + 1, 2 * _n(tok) + 1)),
-            "you compared the prediction at position t with the token at t, the input the model "
-            "already reads; position t predicts the next token, t + 1.",
-            "the symbol x_k is predicted at position n + k and sits at position n + k + 1: compare "
-            "argmax(logits)[:, n + 1 : 2n + 1] with tokens[:, n + 2 : 2n + 2].",
-            id="extrapolation.accuracy_same_position"),
-    Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok) + 2, 2 * _n(tok) + 2),
-                                         slice(_n(tok) + 2, 2 * _n(tok) + 2)),
-            "you scored the positions of the second copy, n + 2 .. 2n + 1, against their own "
-            "tokens: those positions predict the token after them, and the last one predicts nothing.",
-            "x_1 is predicted at SEP (position n + 1), x_n at position 2n; the targets are the "
-            "tokens one place later.", id="extrapolation.accuracy_second_copy"),
-    Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok), 2 * _n(tok)),
-                                         slice(_n(tok) + 2, 2 * _n(tok) + 2)),
-            "your predictions are one position early: the first scored one is at x_n (position n), "
-            "not at SEP (position n + 1).",
-            "the prediction of x_k is the arg-max at position n + k, k = 1 .. n.",
-            id="extrapolation.accuracy_one_early"),
-    Mistake(lambda tok, lg: _accuracy_at(tok, lg, slice(_n(tok) + 1, 2 * _n(tok) + 1),
-                                         slice(_n(tok) + 2, 2 * _n(tok) + 2), dim=1),
-            "you averaged over the copied positions and returned one accuracy per sequence (B,).",
-            "average over the batch axis (dim=0): one accuracy per copied position, shape (n,).",
-            id="extrapolation.accuracy_per_sequence"),
-    Mistake(lambda tok, lg: _copy_accuracy(tok, lg).mean(),
-            "you returned one number, the token accuracy over the whole copy.",
-            "keep the copied positions apart: average over the batch only, shape (n,).",
-            id="extrapolation.accuracy_single_number"),
-    Mistake(lambda tok, lg: _copy_accuracy(tok, lg) * tok.shape[0],
-            "you returned counts of right predictions, not fractions.",
-            "divide by the batch size B (or take .float().mean(dim=0)).", id="extrapolation.accuracy_counts"),
-]
-
-register(Task(
-    id="08_copy_accuracy",
-    title="Accuracy at each copied position",
-    points=3,
-    entry="copy_accuracy_by_position",
-    forbidden=("posenc_lesson.lab.train.position_accuracy", "posenc_lesson.lab.train.evaluate",
-               "posenc_lesson.lab.analysis.copy_accuracy_by_position"),
-    cases=lambda: _accuracy_cases(0),
-    run=call,
-    hidden=_accuracy_cases,
-    allowed=("posenc_lesson",),  # but not the three functions above, nor a private helper
-    judge=tensor_judge(_copy_accuracy, _ACCURACY_MISTAKES, ("tokens", "logits"),
-                       "T = 2n + 2, so n = (T - 2) // 2; the prediction of x_k is "
-                       "argmax(logits[:, n + k]) and the answer is tokens[:, n + k + 1]; average over "
-                       "the batch."),
-))
+register(question(
+    id="08_q_t5_new_bucket", title="Predict: where the lab's T5 model meets an untrained bucket",
+    entry="answer_08_t5_new_bucket",
+    forbidden=("posenc_lesson.grading.extrapolation._first_new_bucket",),
+    judge=number_judge(_first_new_bucket, [
+        Misconception(2 * _L + 2, "you take the first distance no training sequence had; but buckets group "
+                      "distances, and that one shares its bucket with distances training did use.",
+                      "list the buckets of the distances 30 to 40.",
+                      id="extrapolation.first_unseen_distance"),
+        Misconception(_L + 1, "you take the first copy offset past L as the first new bucket; training "
+                      "sequences hold keys at every distance up to 2L + 1, not only at the copy offsets.",
+                      "which distances occur in a training sequence of T = 2L + 2 tokens?",
+                      id="extrapolation.first_offset_past_l"),
+        Misconception(lambda: _first_new_bucket(_L), "that is where the copy's key first lands in a bucket "
+                      "the *copy* never used; training still reached that bucket, with other keys.",
+                      "the question asks for a bucket no training sequence reached at all.",
+                      id="extrapolation.first_bucket_new_to_the_copy"),
+    ], "one-way buckets: exact up to 15, then log-spaced up to 128; training had distances 0 .. 2L + 1.")))
