@@ -10,6 +10,8 @@ posenc_lesson/            the math: one concept per module, pure tensor function
     rope         rotary position embedding, both channel layouts, partial rotary
     rope_scaling stretching RoPE: position interpolation, NTK, dynamic NTK, YaRN, Llama 3.1
     alibi        ALiBi slopes and bias
+    multi_axis   position on a grid: the 2-D sin-cos table, axial RoPE
+    mrope        multimodal RoPE (Qwen2-VL, Qwen3-VL): three position streams, chunked or interleaved
     viz          figure helpers for the lessons (the math modules never plot)
     _checks      the argument checks behind every ValueError
 
@@ -42,6 +44,8 @@ from .attention import causal_mask, scaled_dot_product_attention
 from .lab.copy_task import copy_batch
 from .lab.model import SCHEMES, TinyDecoder
 from .learned import LearnedPositionalEmbedding
+from .mrope import apply_mrope, mrope_positions
+from .multi_axis import apply_axial_rope, sincos_2d
 from .relative import (
     ShawRelativePositions,
     T5RelativePositionBias,
@@ -76,11 +80,14 @@ __all__ = [
     "TinyDecoder",
     "alibi_bias",
     "alibi_slopes",
+    "apply_axial_rope",
+    "apply_mrope",
     "apply_rope",
     "causal_mask",
     "convert_rope_weight",
     "copy_batch",
     "get_sinusoidal_encoding",
+    "mrope_positions",
     "relative_positions",
     "rope_frequencies",
     "rope_layout_permutation",
@@ -89,6 +96,7 @@ __all__ = [
     "scaled_rope_frequencies",
     "shaw_attention",
     "shaw_relative_index",
+    "sincos_2d",
     "sinusoidal_frequencies",
     "sinusoidal_offset_matrix",
     "sinusoidal_wavelengths",
