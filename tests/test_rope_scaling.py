@@ -42,16 +42,27 @@ def test_hugging_face_file_covers_every_method_and_says_where_it_came_from():
     assert any(c["attention_scale"] > 1 for c in HF["cases"])  # YaRN's scale is in there
 
 
-def written_out(head_dim, *, base=10_000.0, method, factor, original_max_len, seq_len=None, beta_fast=32.0,
-                beta_slow=1.0, low_freq_factor=1.0, high_freq_factor=4.0):
+def written_out(head_dim, *, base=10_000.0, method, factor=None, original_max_len=None, seq_len=None,
+                beta_fast=32.0, beta_slow=1.0, low_freq_factor=1.0, high_freq_factor=4.0, mscale=None,
+                mscale_all_dim=None, attention_factor=None, truncate=True, short_factor=None,
+                long_factor=None, max_len=None, partial_rotary_factor=1.0):
     """A second reference: each formula pair by pair, in Python float64, from the papers and code.
 
     linear: Chen et al. 2023 (arXiv:2306.15595); ntk: b' = b s^(Dh/(Dh-2)) (bloc97; YaRN sec. 3.1);
     dynamic: the same with s -> s l/L - (s - 1) (emozilla); yarn: NTK-by-parts with the ramp of
-    github.com/jquesnelle/yarn and sqrt(1/t) = 0.1 ln s + 1; llama3: Meta's apply_scaling loop.
+    github.com/jquesnelle/yarn and sqrt(1/t) = 0.1 ln s + 1 (DeepSeek's mscale ratio); llama3: Meta's
+    apply_scaling loop; longrope: theta_i / f_i (Phi-3); proportional: p-RoPE over the full width.
     """
     n, s, big_l = head_dim // 2, factor, original_max_len
     theta = [base ** (-2 * i / head_dim) for i in range(n)]
+    if method == "longrope":
+        f = long_factor if seq_len is not None and seq_len > big_l else short_factor
+        s = s if s is not None else max_len / big_l
+        scale = attention_factor or (1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(big_l)))
+        return [t / fi for t, fi in zip(theta, f, strict=True)], scale
+    if method == "proportional":
+        turning = math.floor(partial_rotary_factor * head_dim / 2)
+        return [t / (s or 1.0) if i < turning else 0.0 for i, t in enumerate(theta)], 1.0
     if method == "linear":
         return [t / s for t in theta], 1.0
     if method in ("ntk", "dynamic"):
@@ -61,14 +72,20 @@ def written_out(head_dim, *, base=10_000.0, method, factor, original_max_len, se
     if method == "yarn":
         def pair_index(rotations):  # the d with L / lambda_d = rotations
             return head_dim * math.log(big_l / (2 * math.pi * rotations)) / (2 * math.log(base))
-        lo = max(math.floor(pair_index(beta_fast)), 0)
-        hi = min(math.ceil(pair_index(beta_slow)), head_dim - 1)
+        lo, hi = pair_index(beta_fast), pair_index(beta_slow)
+        if truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, head_dim - 1)
         hi = hi + 0.001 if hi == lo else hi
         out = []
         for d, t in enumerate(theta):
             gamma = 1 - min(max((d - lo) / (hi - lo), 0.0), 1.0)  # 1: keep theta, 0: theta / s
             out.append((1 - gamma) * t / s + gamma * t)
-        return out, 0.1 * math.log(s) + 1 if s > 1 else 1.0
+        def m(x):
+            return 0.1 * x * math.log(s) + 1 if s > 1 else 1.0
+        if attention_factor is not None:
+            return out, attention_factor
+        return out, m(mscale) / m(mscale_all_dim) if mscale and mscale_all_dim else m(1.0)
     out = []
     for t in theta:
         wavelen = 2 * math.pi / t
@@ -345,8 +362,8 @@ BASE_KW = dict(method="yarn", factor=4.0, original_max_len=2048)
     (lambda: scaled_rope_frequencies(64, **BASE_KW, beta_fast=1.0, beta_slow=32.0),
      ["beta_fast", "beta_slow", "32.0"]),
     (lambda: scaled_rope_frequencies(64, **BASE_KW, beta_slow=0.0), ["beta_slow", "0.0"]),
-    (lambda: scaled_rope_frequencies(64, **BASE_KW, low_freq_factor=4.0, high_freq_factor=4.0),
-     ["low_freq_factor", "high_freq_factor", "4.0"]),
+    (lambda: scaled_rope_frequencies(64, **BASE_KW, low_freq_factor=5.0, high_freq_factor=4.0),
+     ["low_freq_factor", "high_freq_factor", "5.0"]),
     (lambda: scaled_rope_frequencies(64, **BASE_KW, base=1.0), ["base", "> 1", "1.0"]),
     (lambda: scaled_rope_frequencies(64, **BASE_KW, base="10000"), ["base", "'10000'"]),
     (lambda: apply_rope(torch.randn(4, 16), rotary_dim=7), ["rotary_dim", "even", "7"]),
@@ -365,9 +382,75 @@ BASE_KW = dict(method="yarn", factor=4.0, original_max_len=2048)
     (lambda: apply_rope(torch.randn(4, 16), attention_scale=0.0), ["attention_scale", "positive", "0.0"]),
     (lambda: apply_rope(torch.randn(4, 16), attention_scale=float("nan")), ["attention_scale", "nan"]),
     (lambda: rope_frequencies(8, dtype=torch.int64), ["dtype", "floating", "int64"]),
+    (lambda: scaled_rope_frequencies(64, method="yarn", original_max_len=2048),
+     ["factor", "required", "yarn"]),
+    (lambda: scaled_rope_frequencies(64, method="linear", factor=2.0), ["original_max_len", "required"]),
+    (lambda: scaled_rope_frequencies(8, method="longrope", original_max_len=16, max_len=64,
+                                     long_factor=[1.0] * 4), ["short_factor", "required", "4"]),
+    (lambda: scaled_rope_frequencies(8, method="longrope", original_max_len=16, max_len=64,
+                                     short_factor=[1.0] * 4, long_factor=[1.0] * 3),
+     ["long_factor", "4", "3"]),
+    (lambda: scaled_rope_frequencies(8, method="longrope", original_max_len=16, max_len=64,
+                                     short_factor=[1.0] * 4, long_factor=[1.0, 0.0, 1.0, 1.0]),
+     ["long_factor", "positive"]),
+    (lambda: scaled_rope_frequencies(8, method="longrope", original_max_len=16, short_factor=[1.0] * 4,
+                                     long_factor=[1.0] * 4), ["max_len", "attention_factor"]),
+    (lambda: scaled_rope_frequencies(8, method="proportional", partial_rotary_factor=1.5),
+     ["partial_rotary_factor", "1.5"]),
+    (lambda: scaled_rope_frequencies(64, **BASE_KW, truncate="no"), ["truncate", "'no'"]),
+    (lambda: scaled_rope_frequencies(64, **BASE_KW, attention_factor=0.0), ["attention_factor", "0.0"]),
+    (lambda: scaled_rope_frequencies(64, **BASE_KW, mscale=float("nan")), ["mscale", "nan"]),
 ])
 def test_bad_input_names_the_parameter(call, words):
     with pytest.raises(ValueError) as err:
         call()
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+# ---- 4. issue 25: LongRoPE, proportional, YaRN's knobs, Llama 4's single threshold ----------------
+
+PHI = next(c["kwargs"] for c in HF["cases"] if c["kwargs"]["method"] == "longrope")
+
+
+def test_longrope_switches_to_the_long_factors_one_token_past_the_original_length():
+    kw = {k: v for k, v in PHI.items() if k != "seq_len"}
+    big_l = kw["original_max_len"]
+    short, scale = scaled_rope_frequencies(**kw)
+    at_l, _ = scaled_rope_frequencies(**kw, seq_len=big_l)
+    past_l, _ = scaled_rope_frequencies(**kw, seq_len=big_l + 1)
+    theta = scaled_rope_frequencies(96, method="linear", factor=1.0, original_max_len=1)[0]
+    assert torch.equal(short, at_l)
+    torch.testing.assert_close(short, theta / torch.tensor(kw["short_factor"]))
+    torch.testing.assert_close(past_l, theta / torch.tensor(kw["long_factor"]))
+    assert math.isclose(scale, math.sqrt(1 + math.log(131072 / 4096) / math.log(4096)))  # s = 32: 1.19
+
+
+def test_proportional_uses_the_full_width_in_the_exponent_unlike_gpt_neox():
+    """p = 0.25 of Dh = 256: both rotate 32 pairs; p-RoPE's are b^(-2i/256), NeoX's b^(-2i/64)."""
+    prop, _ = scaled_rope_frequencies(256, base=1e6, method="proportional", partial_rotary_factor=0.25)
+    neox = rope_frequencies(64, base=1e6)
+    assert prop.shape == (128,) and torch.equal(prop[32:], torch.zeros(96))
+    torch.testing.assert_close(prop[:32], rope_frequencies(256, base=1e6)[:32])
+    assert prop[0] == neox[0] == 1.0 and prop[31] > 50 * neox[31]  # NeoX's slowest pair is much slower
+
+
+def test_llama3_with_equal_thresholds_has_no_smooth_band():
+    theta, _ = scaled_rope_frequencies(128, base=500_000.0, method="llama3", factor=16.0,
+                                       original_max_len=8192, low_freq_factor=1.0, high_freq_factor=1.0)
+    plain = scaled_rope_frequencies(128, base=500_000.0, method="linear", factor=1.0, original_max_len=1)[0]
+    long_wave = 2 * math.pi / plain > 8192
+    assert torch.isfinite(theta).all()
+    torch.testing.assert_close(theta[long_wave], plain[long_wave] / 16)
+    assert torch.equal(theta[~long_wave], plain[~long_wave])
+
+
+def test_yarn_mscale_ratio_and_truncate():
+    kw = dict(method="yarn", factor=40.0, original_max_len=4096)
+    assert scaled_rope_frequencies(64, **kw, mscale=1.0, mscale_all_dim=1.0)[1] == 1.0  # DeepSeek-V3
+    assert scaled_rope_frequencies(64, **kw, mscale=1.0)[1] == 0.1 * math.log(40.0) + 1
+    assert scaled_rope_frequencies(64, **kw, attention_factor=1.5)[1] == 1.5
+    rounded, _ = scaled_rope_frequencies(64, **kw)
+    unrounded, _ = scaled_rope_frequencies(64, **kw, truncate=False)
+    assert not torch.equal(rounded, unrounded)
+    assert torch.equal(rounded[:2], unrounded[:2]) and torch.equal(rounded[-2:], unrounded[-2:])

@@ -27,6 +27,10 @@ records the version it was made with. How the cases map onto HF's config:
                           seq_len = factor * original_max_len, which is the same base change
     partial rotary        head_dim 128 with partial_rotary_factor 0.25: HF rotates dim = 32,
                           so our head_dim is 32
+    longrope              original_max_position_embeddings = original_max_len, max_position_embeddings
+                          = max_len, short/long factors in rope_parameters; seq_len passed to the call
+                          (HF's module calls it with seq_len = L + 1 for the long factors)
+    proportional          head_dim = the full head width, partial_rotary_factor in rope_parameters
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hf_model_configs import PHI35_LONG_FACTOR, PHI35_SHORT_FACTOR  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "hf_rope_scaling.json"
 
@@ -49,7 +56,11 @@ def hf_theta(rope_type: str, *, head_dim: int, base: float, factor: float, max_p
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    rope_parameters = {"rope_type": rope_type, "rope_theta": base, "factor": factor, **params}
+    if "partial_rotary_factor_in_params" in params:  # proportional: p only inside rope_parameters
+        params["partial_rotary_factor"] = params.pop("partial_rotary_factor_in_params")
+    rope_parameters = {"rope_type": rope_type, "rope_theta": base, **params}
+    if factor is not None:
+        rope_parameters["factor"] = factor
     if partial_rotary_factor != 1.0:
         rope_parameters["partial_rotary_factor"] = partial_rotary_factor
     config = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim,
@@ -107,11 +118,47 @@ def cases() -> list[dict]:
             case["seq_len"] = 5000
         case["_partial_rotary_factor"] = 0.25
         out.append(case)
+    # issue 25: the methods and knobs of today's checkpoints
+    out += [
+        dict(method="llama3", head_dim=128, base=500_000.0, factor=16.0, original_max_len=8192,
+             low_freq_factor=1.0, high_freq_factor=1.0),  # Llama 4 Scout: one threshold
+        dict(method="yarn", head_dim=64, base=150_000.0, factor=32.0, original_max_len=4096,
+             truncate=False),  # gpt-oss
+        dict(method="yarn", head_dim=64, base=150_000.0, factor=32.0, original_max_len=4096),  # ... rounded
+        dict(method="yarn", head_dim=64, base=10_000.0, factor=40.0, original_max_len=4096,
+             mscale=1.0, mscale_all_dim=1.0),  # DeepSeek-V3: attention_factor 1
+        dict(method="yarn", head_dim=64, base=10_000.0, factor=40.0, original_max_len=4096,
+             mscale=0.707, mscale_all_dim=0.707),  # DeepSeek-V2-Lite
+        dict(method="yarn", head_dim=64, base=10_000.0, factor=40.0, original_max_len=4096,
+             mscale=1.0, mscale_all_dim=0.5),
+        dict(method="yarn", head_dim=64, base=10_000.0, factor=40.0, original_max_len=4096,
+             mscale=1.0),  # only one of the two: 0.1 ln s + 1
+        dict(method="yarn", head_dim=128, base=1_000_000.0, factor=4.0, original_max_len=32768,
+             attention_factor=1.25),
+    ]
+    phi = dict(method="longrope", head_dim=96, base=10_000.0, short_factor=PHI35_SHORT_FACTOR,
+               long_factor=PHI35_LONG_FACTOR, original_max_len=4096, max_len=131072)
+    for seq_len in (None, 100, 4096, 4097, 131072):
+        out.append({**phi, "seq_len": seq_len} if seq_len else dict(phi))
+    out.append({**phi, "seq_len": 8000, "attention_factor": 1.1})
+    out.append({**phi, "seq_len": 8000, "factor": 4.0})
+    out.append({**phi, "max_len": 4096})  # s = 1: no scale
+    small = [1.0 + i / 8 for i in range(16)]
+    out.append(dict(method="longrope", head_dim=32, base=500_000.0, short_factor=small,
+                    long_factor=[4 * f for f in small], original_max_len=2048, max_len=8192, seq_len=3000))
+    for head_dim, p, factor in ((512, 0.25, 1.0), (256, 0.25, 1.0), (256, 0.5, 8.0), (128, 1.0, 1.0),
+                                (128, 1.0, 4.0), (96, 0.3, 1.0), (64, 0.0, 1.0)):
+        case = dict(method="proportional", head_dim=head_dim, base=1_000_000.0, partial_rotary_factor=p)
+        if factor != 1.0:
+            case["factor"] = factor
+        out.append(case)
     return out
 
 
 def record(case: dict) -> dict:
     kwargs = {k: v for k, v in case.items() if not k.startswith("_")}
+    if kwargs["method"] in ("longrope", "proportional"):
+        return record_new(kwargs)
     method, factor, length = kwargs["method"], kwargs["factor"], kwargs["original_max_len"]
     prf = case.get("_partial_rotary_factor", 1.0)
     hf_head_dim = round(kwargs["head_dim"] / prf)
@@ -126,7 +173,8 @@ def record(case: dict) -> dict:
                                        **common)
         assert round(factor * length) == factor * length
     elif method == "yarn":
-        extra = {k: kwargs[k] for k in ("beta_fast", "beta_slow") if k in kwargs}
+        keys = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")
+        extra = {k: kwargs[k] for k in keys if k in kwargs}
         theta, scale, facts = hf_theta("yarn", factor=factor, max_pos=round(factor * length),
                                        original_max_position_embeddings=length, **extra, **common)
     else:
@@ -136,6 +184,25 @@ def record(case: dict) -> dict:
                                        high_freq_factor=kwargs.get("high_freq_factor", 4.0), **common)
     if prf != 1.0:
         facts["rope_parameters"]["partial_rotary_factor"] = prf
+    assert theta.shape == (kwargs["head_dim"] // 2,), (theta.shape, kwargs)
+    return {"kwargs": kwargs, "hf": facts, "theta": short_floats(theta), "attention_scale": scale}
+
+
+def record_new(kwargs: dict) -> dict:
+    """longrope and proportional (issue 25)."""
+    common = dict(head_dim=kwargs["head_dim"], base=kwargs["base"])
+    if kwargs["method"] == "longrope":
+        extra = {k: kwargs[k] for k in ("attention_factor",) if k in kwargs}
+        theta, scale, facts = hf_theta("longrope", factor=kwargs.get("factor"), max_pos=kwargs["max_len"],
+                                       seq_len=kwargs.get("seq_len"), short_factor=kwargs["short_factor"],
+                                       long_factor=kwargs["long_factor"],
+                                       original_max_position_embeddings=kwargs["original_max_len"],
+                                       **extra, **common)
+    else:
+        theta, scale, facts = hf_theta("proportional", factor=kwargs.get("factor"), max_pos=4096,
+                                       partial_rotary_factor=1.0,
+                                       **{"partial_rotary_factor_in_params": kwargs["partial_rotary_factor"]},
+                                       **common)
     assert theta.shape == (kwargs["head_dim"] // 2,), (theta.shape, kwargs)
     return {"kwargs": kwargs, "hf": facts, "theta": short_floats(theta), "attention_scale": scale}
 
