@@ -56,6 +56,7 @@ exercises: $(STAMP)
 experiments: $(STAMP)
 	$(BIN)/python -m posenc_lesson.lab.experiments
 	$(BIN)/python -m posenc_lesson.lab.context_extension
+	$(BIN)/python -m posenc_lesson.lab.vision_lab
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
