@@ -1,0 +1,77 @@
+"""The resolution lab (lesson 11): its task, its model's position schemes, its interventions and its CSV."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from posenc_lesson.lab import vision_lab as lab
+from posenc_lesson.lab.copy_task import IGNORE
+
+TINY = dataclasses.replace(lab.FAST, steps=15, warmup=5, eval_batch_size=8)
+
+
+def test_the_target_is_the_diagonal_neighbour_and_the_edges_are_not_scored():
+    tokens, targets = lab.diagonal_batch(3, 5, 7, generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, 5, 5) and targets.shape == (3, 25)
+    t = targets.view(3, 5, 5)
+    assert torch.equal(t[:, :-1, :-1], tokens[:, 1:, 1:])
+    assert (t[:, -1] == IGNORE).all() and (t[:, :, -1] == IGNORE).all()
+
+
+@pytest.mark.parametrize("scheme", lab.SCHEMES)
+def test_every_scheme_runs_on_the_training_grid_and_on_bigger_ones(scheme):
+    torch.manual_seed(0)
+    model = lab.TinyViT(scheme, vocab_size=8, d_model=16, num_heads=2, num_layers=1, train_grid=4)
+    for g in (4, 7):
+        assert model(torch.randint(0, 8, (2, g, g))).shape == (2, g * g, 8)
+
+
+def test_the_learned_table_is_resized_bicubically_only_off_the_training_grid():
+    model = lab.TinyViT("learned", vocab_size=8, d_model=16, num_heads=2, num_layers=1, train_grid=4)
+    assert model.table_for(4) is model.table
+    assert model.table_for(9).shape == (81, 16)
+
+
+def test_moving_integer_rope_coordinates_changes_nothing_but_moving_sincos_does():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 8, (2, 5, 5))
+    for scheme, changes in (("rope", False), ("sincos", True)):
+        model = lab.TinyViT(scheme, vocab_size=8, d_model=16, num_heads=2, num_layers=1, train_grid=5).eval()
+        with torch.no_grad():
+            before = model(tokens)
+            model.positions = "moved"
+            after = model(tokens)
+        assert torch.allclose(before, after, atol=1e-4) != changes
+
+
+def test_normalised_coordinates_fill_the_same_range_and_train_spacing_keeps_the_patch_width():
+    import math
+    c6, c12 = lab.coordinates("rope_norm", 6, 6), lab.coordinates("rope_norm", 12, 6)
+    assert float(c6.abs().max()) == pytest.approx(2 * math.pi * 5 / 6)
+    assert float(c12.abs().max()) == pytest.approx(2 * math.pi * 11 / 12)
+    s = lab.coordinates("rope_norm", 12, 6, "train_spacing")
+    assert float(s[1, 1] - s[0, 1]) == pytest.approx(float(c6[1, 1] - c6[0, 1]))  # one patch: 2 pi * 2/6
+
+
+def test_the_lab_is_deterministic(tmp_path):
+    a, _, _ = lab.run_vision_lab(TINY, csv_path=tmp_path / "a.csv", progress=False)
+    b, _, _ = lab.run_vision_lab(TINY, csv_path=tmp_path / "b.csv", progress=False)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert lab.read_csv(tmp_path / "a.csv") == a == b
+
+
+def test_the_committed_csv_is_the_full_lab():
+    rows = lab.read_csv()
+    full = lab.FULL
+    assert {r["scheme"] for r in rows} == set(full.schemes) and {r["seed"] for r in rows} == set(full.seeds)
+    assert {r["grid"] for r in rows} == set(full.test_grids)
+    expected = {(s, seed, g, p) for seed in full.seeds for s in full.schemes for g in full.test_grids
+                for p in lab.interventions(s, g, full.train_grid)}
+    assert {(r["scheme"], r["seed"], r["grid"], r["positions"]) for r in rows} == expected
+    assert len(rows) == len(expected)
+
+
+def test_bad_scheme_is_a_value_error():
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        lab.TinyViT("alibi", vocab_size=8, d_model=16, num_heads=2, num_layers=1, train_grid=4)
