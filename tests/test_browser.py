@@ -13,6 +13,10 @@ every cell to execute, and asserts:
         and every interactive explorer has a slider;
     pressing ArrowRight on the first slider of every explorer changes its figure.
 
+It also opens the course as `make lab` does and checks that JupyterLab asks nothing about Jupyter
+news and requests neither news nor updates (jupyter-config/lab/settings/overrides.json), and that
+the check would see the prompt if the setting were back at JupyterLab's default.
+
 A screenshot per lesson goes to screenshots/ (git-ignored). JupyterLab's autosave is off,
 so the notebooks on disk are never rewritten. Lesson 08 trains models: POSENC_FAST=1 is
 kept in the server's environment, which the kernels inherit.
@@ -50,13 +54,17 @@ pytestmark = [
 ]
 
 # JupyterLab user settings for the run: all cells attached to the DOM, no autosave (the
-# notebooks on disk must stay as committed), no news or update pop-ups over the page.
+# notebooks on disk must stay as committed). No news or update pop-ups: that is make lab's own
+# configuration (jupyter-config/), which the server below is given and test_no_news_... checks.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-        "checkForUpdates": False, "doNotDisturbMode": True, "fetchNews": "false"},
 }
+NOTIFICATION = "@jupyterlab/apputils-extension:notification"
+NEWS_PROMPT = "Would you like to get notified about official Jupyter news?"
+ANNOUNCEMENT_APIS = ("/lab/api/news", "/lab/api/update")  # what JupyterLab asks for news and updates
+# the announcements plugin's own config section: asked for once the plugin runs, before it decides
+ANNOUNCEMENTS_CONFIG = "/api/config/jupyterlabapputilsextensionannouncements"
 
 
 def _free_port() -> int:
@@ -71,9 +79,11 @@ class Lab:
     def __init__(self, url: str, token: str):
         self.url, self.token = url, token
 
-    def api(self, path: str, method: str = "GET"):
+    def api(self, path: str, method: str = "GET", body: dict | None = None):
         req = urllib.request.Request(f"{self.url}{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             body = resp.read()
         return json.loads(body) if body else None
@@ -110,8 +120,7 @@ def lab(tmp_path_factory):
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={ROOT}",
            f"--LabApp.user_settings_dir={dirs['settings']}",
-           f"--LabApp.workspaces_dir={dirs['workspaces']}",
-           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+           f"--LabApp.workspaces_dir={dirs['workspaces']}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = (tmp / "jupyterlab.log").open("w")
@@ -343,3 +352,52 @@ def _check_lesson(page, notebook: Path, prompts: list[str]) -> None:
     assert not errors, f"{name}: error output after moving a slider: {errors}"
     if views.count():  # the screenshot shows the first explorer, moved
         views.first.evaluate("el => el.closest('.jp-Cell').scrollIntoView({block: 'start'})")
+
+
+def _open_and_listen(browser, lab: Lab, workspace: str) -> tuple[object, object, list[str]]:
+    """Open lesson 00 in a fresh page, recording every URL the page requests; wait until the
+    announcements plugin has run (its config section answered) and two seconds more."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    with page.expect_response(lambda r: ANNOUNCEMENTS_CONFIG in r.url, timeout=90_000):
+        page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/notebooks/00_welcome.ipynb?token={lab.token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_timeout(2000)  # the prompt, or a news request, comes right after that answer
+    return context, page, requests
+
+
+def test_no_news_prompt_and_no_news_request(browser, lab):
+    """make lab's JupyterLab asks nothing about Jupyter news and fetches neither news nor updates."""
+    defaults = lab.api(f"/lab/api/settings/{NOTIFICATION}")["schema"]["properties"]
+    assert defaults["fetchNews"]["default"] == "false" and defaults["checkForUpdates"]["default"] is False
+    assert lab.api("/lab/api/news") == {"news": []}  # and the server fetches no feed if asked
+    context, page, requests = _open_and_listen(browser, lab, "news-off")
+    try:
+        assert page.get_by_text(NEWS_PROMPT).count() == 0, "JupyterLab shows the news prompt"
+        asked = [url for url in requests if any(api in url for api in ANNOUNCEMENT_APIS)]
+        assert not asked, f"JupyterLab requested news or updates: {asked}"
+        elsewhere = [url for url in requests if not url.startswith(("data:", "blob:", lab.url))]
+        assert not elsewhere, f"the page requested something beyond the course's server: {elsewhere}"
+    finally:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "no_news.png"))
+        context.close()
+        lab.shutdown_kernels()
+
+
+def test_the_news_check_sees_jupyterlabs_default_prompt(browser, lab):
+    """The check above can fail: with fetchNews at JupyterLab's own default ("none", ask) the prompt shows."""
+    path = f"/lab/api/settings/{NOTIFICATION}"
+    lab.api(path, "PUT", {"raw": json.dumps({"fetchNews": "none"})})
+    try:
+        context, page, _ = _open_and_listen(browser, lab, "news-ask")
+        try:
+            page.get_by_text(NEWS_PROMPT).first.wait_for(state="visible", timeout=15_000)
+        finally:
+            context.close()
+            lab.shutdown_kernels()
+    finally:
+        lab.api(path, "PUT", {"raw": "{}"})
+    assert lab.api(path)["settings"] == {}
