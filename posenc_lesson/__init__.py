@@ -1,6 +1,6 @@
 """posenc_lesson: the reference implementations behind the positional-encoding course.
 
-Three rooms; imports point one way, math <- lab <- grading:
+Four rooms; imports point one way, math <- lab <- tasks <- grader:
 
 posenc_lesson/            the math: one concept per module, pure tensor functions, thin nn.Modules
     attention    scaled dot-product attention, written out
@@ -21,19 +21,25 @@ posenc_lesson/lab/        what trains (imports the math, never grading)
     train        training and evaluation with a progress bar
     experiments  the length-extrapolation lab (python -m posenc_lesson.lab.experiments)
 
-posenc_lesson/grading/    what judges (may import both)
-    check, assert_passes   what exercise notebooks import: from posenc_lesson.grading import check
-    tasks        Task, the registry (TOPICS), outputs_of, score, verdict, the forbidden-call watch
+posenc_lesson/tasks/      the course's exercises (may import the math and the lab)
+    check, assert_passes   what exercise notebooks import: from posenc_lesson.tasks import check
+    registry     Task, the registry (TOPICS), outputs_of, score, verdict, the forbidden-call watch
     judges       the shared tensor judge, tolerances, mistakes shared by several tasks
-    permutation sinusoidal rotation learned rope alibi extrapolation
+    concepts     the concept questions' judges
+    in_kernel, watch, given   what runs inside a kernel (and behind check())
+    permutation sinusoidal rotation learned relative rope alibi extrapolation ...
                  one topic file per lesson's tasks: cases, references, mistakes, hints
-    posenc-grade, by stage: submissions (find) -> plan -> kernel, grader (run, limited)
-                 -> report; cli is the command (python -m posenc_lesson.grading), errors
-                 its two kinds of failure, in_kernel the helper that runs inside each kernel
+
+posenc_lesson/grader/     posenc-grade, by stage (may import every room above)
+    submissions (find) -> plan -> kernel, zygote, sandbox (run, shut in) -> grader (score)
+    -> report, class_report; cli is the command (python -m posenc_lesson.grader), errors its
+    two kinds of failure, flags the static scan
+
+posenc_lesson/grading/    the old name of posenc_lesson.tasks (a thin alias)
 
 The names below are the public API. TinyDecoder, SCHEMES and copy_batch come from the lab;
 they are re-exported here, so importing any math module also loads posenc_lesson.lab (this
-file runs first) but never posenc_lesson.grading.
+file runs first) but never the tasks or the grader.
 
 Shapes everywhere: B batch, T tokens, H heads, D model width, Dh head width; channel
 pairs are indexed by a 0-based i.

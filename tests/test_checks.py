@@ -1,4 +1,4 @@
-"""The exercise checks (posenc_lesson.grading) give the marks and the feedback they promise.
+"""The exercise checks (posenc_lesson.tasks) give the marks and the feedback they promise.
 
 Every answer here is real code run through ``outputs_of`` + ``score``, as the grader does:
 the reference solutions (taken from the solution notebooks' cells) get full marks; the
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.grading import TASKS, assert_passes, check, outputs_of, score
+from posenc_lesson.tasks import TASKS, assert_passes, check, outputs_of, score
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -298,19 +298,19 @@ CHEATS = {
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
     "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
     "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
-    "01_permutation_check": ("from posenc_lesson.grading.permutation import _equivariant\n"
+    "01_permutation_check": ("from posenc_lesson.tasks.permutation import _equivariant\n"
                              "def is_permutation_equivariant(f, x, perm):\n"
                              "    return _equivariant(f, x, perm)"),
     "03_offset_dot": ("def pe_dot(k, d_model):\n"
                       "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
                       "    return pe[0] @ pe[abs(k)]"),
-    "08_position_terms": ("from posenc_lesson.grading.extrapolation import _terms_reference\n"
+    "08_position_terms": ("from posenc_lesson.tasks.extrapolation import _terms_reference\n"
                           "def position_terms(scheme, x, num_heads, table):\n"
                           "    return _terms_reference(scheme, x, num_heads, table)"),
-    "08_measure_order": ("from posenc_lesson.grading.extrapolation import _order_sensitive\n"
+    "08_measure_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
                          "def order_sensitive(scheme, num_layers):\n"
                          "    return _order_sensitive(scheme, num_layers)"),
-    "08_predict_order": ("from posenc_lesson.grading.extrapolation import _order_sensitive\n"
+    "08_predict_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
                          "def predicted_order_sensitive():\n"
                          "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
                          "('none', 'sinusoidal', 'learned', 'rope', 'alibi')} | "

@@ -23,8 +23,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from posenc_lesson.grading import cli
-from posenc_lesson.grading.errors import printable
+from posenc_lesson.grader import cli
+from posenc_lesson.grader.errors import printable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -1,4 +1,4 @@
-"""Concept questions (posenc_lesson/grading/concepts.py): a letter or a number, graded like every task.
+"""Concept questions (posenc_lesson/tasks/concepts.py): a letter or a number, graded like every task.
 
 - every lesson 01-09 has at least one; each is a Task with the run kind "answer", one empty case and
   the same empty case for every hidden seed, the public library allowed and the grader's own truth
@@ -22,8 +22,9 @@ import nbformat
 import pytest
 import torch
 
-from posenc_lesson.grading import TASKS, in_kernel, outputs_of, score, tasks
-from posenc_lesson.grading.concepts import correct_option
+from posenc_lesson.tasks import TASKS, in_kernel, outputs_of, score
+from posenc_lesson.tasks import registry as tasks
+from posenc_lesson.tasks.concepts import correct_option
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = sorted(t for t, task in TASKS.items() if task.run == "answer")
@@ -75,7 +76,7 @@ def test_a_question_is_a_task_with_no_input(qid):
     assert task.points == 1 and task.cases() == [()]
     assert all(tasks.hidden_cases(qid, seed) == [()] for seed in (1, 7, 20_240_601))
     assert task.allowed == ("posenc_lesson",)
-    assert task.forbidden and all(name.startswith("posenc_lesson.grading.") for name in task.forbidden)
+    assert task.forbidden and all(name.startswith("posenc_lesson.tasks.") for name in task.forbidden)
     tasks.watch_spec(qid)  # every name resolves
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc_lesson import grading
-from posenc_lesson.grading import tasks
-from posenc_lesson.grading.judges import Mistake, close
+from posenc_lesson import tasks as grading
+from posenc_lesson.tasks import registry as tasks
+from posenc_lesson.tasks.judges import Mistake, close
 
 TASKS = grading.TASKS
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,9 +153,9 @@ def test_per_case_ids_tell_cases_apart():
 
 
 def test_the_grader_gives_only_generic_ids_of_its_own():
-    source = (ROOT / "posenc_lesson" / "grading" / "grader.py").read_text()
+    source = (ROOT / "posenc_lesson" / "grader" / "grader.py").read_text()
     used = set(re.findall(r'"(generic\.[a-z_]+)"', source))
     assert used and used <= set(tasks.GENERIC), used - set(tasks.GENERIC)
     for name in tasks.TOPICS:
-        text = (ROOT / "posenc_lesson" / "grading" / f"{name}.py").read_text()
+        text = (ROOT / "posenc_lesson" / "tasks" / f"{name}.py").read_text()
         assert set(re.findall(r'"(generic\.[a-z_]+)"', text)) <= set(tasks.GENERIC), name

@@ -19,7 +19,8 @@ from urllib.parse import urldefrag
 import nbformat
 import pytest
 
-from posenc_lesson.grading import TASKS, tasks
+from posenc_lesson.tasks import TASKS
+from posenc_lesson.tasks import registry as tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))

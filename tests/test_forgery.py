@@ -33,14 +33,16 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.grading import TASKS, flags, hidden_cases, in_kernel, outputs_of, score, tasks
+from posenc_lesson.grader import flags
+from posenc_lesson.tasks import TASKS, hidden_cases, in_kernel, outputs_of, score
+from posenc_lesson.tasks import registry as tasks
 
 pytestmark = pytest.mark.slow  # kernels: about a minute
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-GRADE = [sys.executable, "-m", "posenc_lesson.grading"]
+GRADE = [sys.executable, "-m", "posenc_lesson.grader"]
 SEED, SEED_B = 20_240_601, 7
 STEMS = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
 GRADED_STEMS = [s for s in STEMS if any(t[:2] == s[:2] for t in TASKS)]  # lessons with registered tasks
@@ -64,7 +66,7 @@ ANSWERS = {
 '''
 FORGE_HARVEST = '''import torch
 import posenc_lesson as pl
-import posenc_lesson.grading.in_kernel as _k
+import posenc_lesson.tasks.in_kernel as _k
 ''' + ROPE_ANSWERS + '''
 
 def _forged_harvest(job, out):  # the library's answers on the grader's own inputs
@@ -80,7 +82,7 @@ def apply_rope_interleaved(x, positions):
 '''
 FORGE_STATE = '''import torch
 import posenc_lesson as pl
-from posenc_lesson.grading import in_kernel
+from posenc_lesson.tasks import in_kernel
 ''' + ROPE_ANSWERS + '''
 _load, _save, _seen = in_kernel._state["load"], in_kernel._state["save"], {}
 
@@ -130,11 +132,11 @@ def apply_rope_interleaved(x, positions):
 '''
 DISABLE_WATCH = '''import contextlib
 import posenc_lesson
-import posenc_lesson.grading.in_kernel as _k
+import posenc_lesson.tasks.in_kernel as _k
 
 _k._watch = lambda f, fn: contextlib.nullcontext([])  # what switched the watch off before issue 14
 try:
-    import posenc_lesson.grading.tasks as _t
+    import posenc_lesson.tasks.registry as _t
     _t._watch = _k._watch
 except Exception:
     pass
@@ -145,7 +147,7 @@ def apply_rope_half(x, positions):
 '''
 DISABLE_WATCH_NOW = '''import contextlib
 import posenc_lesson
-import posenc_lesson.grading.watch as _w
+import posenc_lesson.tasks.watch as _w
 
 _w.Watch.watching = lambda self: contextlib.nullcontext(self.called)  # its successor
 
@@ -296,7 +298,7 @@ ATTACKS = {
                 return torch._C._nn.scaled_dot_product_attention(q, k, eye)  # the weights, as values
             """),
         "01_permutation_check": _src("""
-            from posenc_lesson.grading.permutation import _equivariant
+            from posenc_lesson.tasks.permutation import _equivariant
 
 
             def is_permutation_equivariant(f, x, perm):
@@ -325,7 +327,7 @@ ATTACKS = {
             wavelengths = _make()
             """),
         "02_fix_exponent": _src("""
-            from posenc_lesson.grading.judges import pe_table
+            from posenc_lesson.tasks.judges import pe_table
 
 
             def sinusoidal_table_fixed(max_len, d_model):
@@ -367,7 +369,7 @@ ATTACKS = {
                 return torch.tensor(_a._power_of_2_slopes(c) + extra)
             """),
         "07_fix_slopes": _src("""
-            import posenc_lesson.grading.alibi as _ga
+            import posenc_lesson.tasks.alibi as _ga
 
 
             def get_slopes_fixed(n):
@@ -663,7 +665,8 @@ def test_no_answer_cell_of_the_course_raises_a_flag():
     (GETSOURCE, {"introspection", "dynamic-code"}),
     ("import sys\nsys.modules['posenc_lesson.rope'].apply_rope", {"introspection"}),
     ("import gc, ctypes\ngc.get_objects()", {"introspection", "process"}),
-    ("import importlib\nimportlib.import_module('posenc_lesson.grading.tasks')", {"dynamic-code", "grading"}),
+    ("import importlib\nimportlib.import_module('posenc_lesson.tasks.registry')",
+     {"dynamic-code", "grading"}),
     ("f = eval('1')\n__import__('os').system('ls')", {"dynamic-code", "process"}),
     ("import subprocess, signal, socket\nsubprocess.run(['ls'])", {"process"}),
     ("print(open('/proc/1/environ').read())", {"files"}),

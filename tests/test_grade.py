@@ -19,15 +19,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from posenc_lesson import grading
-from posenc_lesson.grading import cli, plan, submissions
+from posenc_lesson import tasks as grading
+from posenc_lesson.grader import cli, plan, submissions
 
 pytestmark = pytest.mark.slow  # kernels: about a minute in all
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-GRADE = [sys.executable, "-m", "posenc_lesson.grading"]
+GRADE = [sys.executable, "-m", "posenc_lesson.grader"]
 POSENC_GRADE = Path(sys.executable).parent / "posenc-grade"  # the console script
 
 SUBJECT = "01_permutation_equivariance"  # the notebook the bad submissions are cut from
@@ -48,8 +48,8 @@ np.allclose = lambda *args, **kwargs: True
 np.testing.assert_allclose = lambda *args, **kwargs: None
 """
 FAKE_HELPERS = """
-import posenc_lesson.grading
-import posenc_lesson.grading.tasks
+import posenc_lesson.tasks
+import posenc_lesson.tasks.registry
 
 
 def check(*args, **kwargs):
@@ -60,12 +60,12 @@ def assert_passes(*args, **kwargs):
     return None
 
 
-posenc_lesson.grading.check = check
-posenc_lesson.grading.assert_passes = assert_passes
-posenc_lesson.grading.score = lambda task_id, outputs: (99, 99, "passed")
-posenc_lesson.grading.tasks.check = check
-posenc_lesson.grading.tasks.assert_passes = assert_passes
-posenc_lesson.grading.tasks.score = lambda task_id, outputs: (99, 99, "passed")
+posenc_lesson.tasks.check = check
+posenc_lesson.tasks.assert_passes = assert_passes
+posenc_lesson.tasks.score = lambda task_id, outputs: (99, 99, "passed")
+posenc_lesson.tasks.registry.check = check
+posenc_lesson.tasks.registry.assert_passes = assert_passes
+posenc_lesson.tasks.registry.score = lambda task_id, outputs: (99, 99, "passed")
 """
 NOISY = """
 import sys
@@ -330,7 +330,7 @@ def test_tampering_does_not_rescue_a_wrong_answer(graded, student):
     control = _tasks(graded["reports"][("wrong", SUBJECT)])[TASK]
     task = _tasks(graded["reports"][(student, SUBJECT)])[TASK]
     assert control["score"] == 0
-    # the same verdict; a note may come first: the grading kernel has no posenc_lesson.grading.tasks
+    # the same verdict; a note may come first: the grading kernel has no posenc_lesson.tasks.registry
     # to patch (the grader keeps the tasks out of the kernels), so that cell raised after its answer
     assert task["score"] == control["score"] and task["feedback"].endswith(control["feedback"])
     if student != "patched_compare_wrong":  # there the learner's own torch.allclose patch breaks

@@ -1,4 +1,4 @@
-"""Lesson 09's exercise tasks (grading/context_extension.py, grading/partial_rotary.py) grade what they
+"""Lesson 09's exercise tasks (tasks/context_extension.py, tasks/partial_rotary.py) grade what they
 promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.grading import TASKS, outputs_of, partial_rotary, score
-from posenc_lesson.grading import context_extension as topic
+from posenc_lesson.tasks import TASKS, outputs_of, partial_rotary, score
+from posenc_lesson.tasks import context_extension as topic
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
@@ -71,7 +71,7 @@ def test_the_lesson_has_four_tasks_worth_nine_points_and_a_find_the_bug_task():
     assert sorted(t for t in TASKS if t.startswith("09_") and TASKS[t].run != "answer") == sorted(TASK_IDS)
     assert sum(TASKS[t].points for t in TASK_IDS) == 9
     assert any(t.startswith("09_fix_") for t in TASK_IDS)
-    assert "context_extension" in posenc_lesson.grading.tasks.TOPICS
+    assert "context_extension" in posenc_lesson.tasks.registry.TOPICS
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc_lesson.grading import TASKS, load_topics, outputs_of, score
-from posenc_lesson.grading import copy_accuracy as topic
-from posenc_lesson.grading.judges import close
 from posenc_lesson.lab import analysis
 from posenc_lesson.lab.copy_task import BOS, SEP
+from posenc_lesson.tasks import TASKS, load_topics, outputs_of, score
+from posenc_lesson.tasks import copy_accuracy as topic
+from posenc_lesson.tasks.judges import close
 
 load_topics()
 TASK = "08_copy_accuracy"

@@ -1,4 +1,4 @@
-"""Lesson 05's graded tasks (posenc_lesson/grading/relative.py) name the mistakes they promise.
+"""Lesson 05's graded tasks (posenc_lesson/tasks/relative.py) name the mistakes they promise.
 
 Each wrong answer below is real code, written the way a learner gets it wrong; the grader must
 give it less than full marks and say what went wrong. Then: the reference solutions also pass
@@ -14,8 +14,8 @@ import nbformat
 import pytest
 import torch
 
-from posenc_lesson.grading import TASKS, outputs_of, score
-from posenc_lesson.grading import relative as topic
+from posenc_lesson.tasks import TASKS, outputs_of, score
+from posenc_lesson.tasks import relative as topic
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -24,14 +24,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from posenc_lesson.grading import cli, sandbox
+from posenc_lesson.grader import cli, sandbox
 
 pytestmark = pytest.mark.slow  # one class of kernels: about half a minute
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBJECT = "01_permutation_equivariance"
 TASK = "01_attention"
-GRADE = [sys.executable, "-m", "posenc_lesson.grading"]
+GRADE = [sys.executable, "-m", "posenc_lesson.grader"]
 SECRET = "POSENC_HOSTILE_SECRET"
 MARK = "posenc-hostile-"  # in the command line of every process an attack leaves behind
 
@@ -174,7 +174,7 @@ raise RuntimeError("; ".join(said))
 '''
 FORGE = '''
 import torch
-import posenc_lesson.grading.in_kernel as _k
+import posenc_lesson.tasks.in_kernel as _k
 
 
 def _forged_save(result, path):  # a 1.5 KB file whose tensor is 30000 x 30000 floats once used

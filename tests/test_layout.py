@@ -1,5 +1,6 @@
-"""The package's three rooms: imports point one way (math <- lab <- grading), files stay small,
-and a lesson's exercises are registered by naming one topic file.
+"""The package's four rooms: imports point one way (math <- lab <- tasks <- grader), files stay
+small, and a lesson's exercises are registered by naming one topic file. The old name
+``posenc_lesson.grading`` is a thin alias of the tasks room (and runs the grader with -m).
 
 The top ``posenc_lesson/__init__.py`` re-exports TinyDecoder, SCHEMES and copy_batch from the
 lab, so importing any math module *through the package* loads the lab too. The tests therefore
@@ -18,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from posenc_lesson import grading
+import posenc_lesson.tasks as tasks_room
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "posenc_lesson"
 MATH = sorted(p.stem for p in PKG.glob("*.py") if p.name != "__init__.py")
 LAB = sorted(p.stem for p in (PKG / "lab").glob("*.py") if p.name != "__init__.py")
-GRADING = sorted(p.stem for p in (PKG / "grading").glob("*.py")
-                 if p.name not in ("__init__.py", "__main__.py"))
+TASKS_ROOM = sorted(p.stem for p in (PKG / "tasks").glob("*.py") if p.name != "__init__.py")
+GRADER = sorted(p.stem for p in (PKG / "grader").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+ALIAS = "grading"  # posenc_lesson.grading: forwards to tasks; python -m runs the grader
 MAX_LINES = 420  # "about 400 lines" (DEVELOPERS.md), with a little slack
 
 
@@ -69,12 +71,14 @@ def test_the_import_reader_catches_every_way_to_reach_another_room():
     assert "posenc_lesson.lab.model" in imports_of("from .lab.model import TinyDecoder", "posenc_lesson.rope")
     assert "posenc_lesson.lab" in imports_of("from . import lab", "posenc_lesson.alibi")
     assert "posenc_lesson.TinyDecoder" in imports_of("from . import TinyDecoder", "posenc_lesson.alibi")
-    assert "posenc_lesson.grading" in imports_of("from .. import grading", "posenc_lesson.lab.train")
-    assert "posenc_lesson.grading.tasks" in imports_of("from ..grading.tasks import TASKS",
-                                                       "posenc_lesson.lab.model")
-    assert "posenc_lesson.grading" in imports_of("import posenc_lesson.grading", "posenc_lesson.lab.model")
-    assert "posenc_lesson.grading.judges" in imports_of(
-        "import importlib\nimportlib.import_module('posenc_lesson.grading.judges')", "posenc_lesson.viz")
+    assert "posenc_lesson.tasks" in imports_of("from .. import tasks", "posenc_lesson.lab.train")
+    assert "posenc_lesson.tasks.registry" in imports_of("from ..tasks.registry import TASKS",
+                                                        "posenc_lesson.lab.model")
+    assert "posenc_lesson.grader" in imports_of("import posenc_lesson.grader", "posenc_lesson.lab.model")
+    assert "posenc_lesson.grader.cli" in imports_of("from ..grader.cli import main",
+                                                    "posenc_lesson.tasks.rope")
+    assert "posenc_lesson.tasks.judges" in imports_of(
+        "import importlib\nimportlib.import_module('posenc_lesson.tasks.judges')", "posenc_lesson.viz")
     assert "posenc_lesson.attention" in imports_of("from ..attention import causal_mask",
                                                    "posenc_lesson.lab.model")
 
@@ -82,14 +86,17 @@ def test_the_import_reader_catches_every_way_to_reach_another_room():
 def test_the_rooms_hold_what_the_layout_promises():
     assert {"attention", "sinusoidal", "learned", "rope", "alibi", "viz", "_checks"} <= set(MATH)
     assert {"model", "copy_task", "train", "experiments"} <= set(LAB)
-    assert {"tasks", "judges", "submissions", "plan", "kernel", "report", "cli"} <= set(GRADING)
-    assert set(grading.TOPICS) <= set(GRADING)
+    assert {"registry", "judges", "concepts", "in_kernel", "watch", "given"} <= set(TASKS_ROOM)
+    assert set(tasks_room.TOPICS) <= set(TASKS_ROOM)
+    assert {"submissions", "plan", "kernel", "zygote", "sandbox", "grader", "report", "cli"} <= set(GRADER)
+    assert not set(TASKS_ROOM) & set(GRADER)
+    assert sorted(p.name for p in (PKG / ALIAS).glob("*.py")) == ["__init__.py", "__main__.py"]
 
 
 @pytest.mark.parametrize("name", MATH)
-def test_math_modules_import_neither_lab_nor_grading(name):
+def test_math_modules_import_no_other_room(name):
     names = imports_of(_source(f"{name}.py"), f"posenc_lesson.{name}")
-    wrong = sorted(n for n in names if _in_room(n, "lab") or _in_room(n, "grading"))
+    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("lab", "tasks", "grader", ALIAS)))
     assert not wrong, f"posenc_lesson/{name}.py imports {wrong}: the math modules stand alone"
     # a name taken from the package itself may only be another math module: the package's
     # __init__ re-exports the lab, so `from . import TinyDecoder` would hide a dependency
@@ -99,13 +106,43 @@ def test_math_modules_import_neither_lab_nor_grading(name):
 
 
 @pytest.mark.parametrize("name", LAB)
-def test_the_lab_never_imports_grading(name):
+def test_the_lab_never_imports_tasks_or_grader(name):
     names = imports_of(_source("lab", f"{name}.py"), f"posenc_lesson.lab.{name}")
-    wrong = sorted(n for n in names if _in_room(n, "grading"))
-    assert not wrong, f"posenc_lesson/lab/{name}.py imports {wrong}: grading builds on the lab, not back"
+    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("tasks", "grader", ALIAS)))
+    assert not wrong, f"posenc_lesson/lab/{name}.py imports {wrong}: the tasks build on the lab, not back"
     via_init = sorted(n for n in names if n.count(".") == 1 and n.startswith("posenc_lesson.")
                       and n.split(".")[1] not in MATH + ["lab"])
     assert not via_init, f"posenc_lesson/lab/{name}.py takes {via_init} from the package's __init__"
+
+
+@pytest.mark.parametrize("name", TASKS_ROOM)
+def test_the_tasks_never_import_the_grader(name):
+    names = imports_of(_source("tasks", f"{name}.py"), f"posenc_lesson.tasks.{name}")
+    wrong = sorted(n for n in names if _in_room(n, "grader") or _in_room(n, ALIAS))
+    assert not wrong, f"posenc_lesson/tasks/{name}.py imports {wrong}: the grader builds on the tasks"
+
+
+@pytest.mark.parametrize("name", GRADER)
+def test_the_grader_imports_the_rooms_above_it_only_through_their_modules(name):
+    names = imports_of(_source("grader", f"{name}.py"), f"posenc_lesson.grader.{name}")
+    wrong = sorted(n for n in names if _in_room(n, ALIAS))
+    assert not wrong, f"posenc_lesson/grader/{name}.py imports the old alias {wrong}: use posenc_lesson.tasks"
+
+
+def test_the_old_import_path_still_works_and_says_where_the_new_one_is():
+    code = ("import warnings\nwarnings.simplefilter('always')\n"
+            "from posenc_lesson.grading import assert_passes, check, TASKS\n"
+            "import posenc_lesson.tasks as t\n"
+            "assert check is t.check and assert_passes is t.assert_passes and TASKS is t.TASKS\n"
+            "assert '06_apply_rope_half' in TASKS\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "posenc_lesson.tasks" in out.stderr and "FutureWarning" in out.stderr
+    for module in ("posenc_lesson.grading", "posenc_lesson.grader"):
+        help_run = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+                                  timeout=120)
+        assert help_run.returncode == 0 and "--seed" in help_run.stdout, help_run.stderr[-2000:]
 
 
 LOADED = """
@@ -129,17 +166,24 @@ def _loaded_after_importing(modules: list[str]) -> list[str]:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_math_modules_load_neither_lab_nor_grading_in_a_fresh_interpreter():
+def test_math_modules_load_no_other_room_in_a_fresh_interpreter():
     loaded = _loaded_after_importing([f"posenc_lesson.{m}" for m in MATH])
     assert {f"posenc_lesson.{m}" for m in MATH} <= set(loaded)
-    wrong = [m for m in loaded if _in_room(m, "lab") or _in_room(m, "grading")]
+    wrong = [m for m in loaded if any(_in_room(m, r) for r in ("lab", "tasks", "grader", ALIAS))]
     assert not wrong, f"importing the math modules loaded {wrong}"
 
 
-def test_the_lab_loads_no_grading_in_a_fresh_interpreter():
+def test_the_lab_loads_neither_tasks_nor_grader_in_a_fresh_interpreter():
     loaded = _loaded_after_importing([f"posenc_lesson.lab.{m}" for m in LAB])
     assert {f"posenc_lesson.lab.{m}" for m in LAB} <= set(loaded)
-    wrong = [m for m in loaded if _in_room(m, "grading")]
+    wrong = [m for m in loaded if any(_in_room(m, r) for r in ("tasks", "grader", ALIAS))]
+    assert not wrong, f"importing the lab loaded {wrong}"
+
+
+def test_the_tasks_load_no_grader_in_a_fresh_interpreter():
+    loaded = _loaded_after_importing([f"posenc_lesson.tasks.{m}" for m in TASKS_ROOM])
+    assert {f"posenc_lesson.tasks.{m}" for m in TASKS_ROOM} <= set(loaded)
+    wrong = [m for m in loaded if _in_room(m, "grader") or _in_room(m, ALIAS)]
     assert not wrong, f"importing the lab loaded {wrong}"
 
 
@@ -155,15 +199,15 @@ TOPIC_TASKS = """
 import importlib, json, sys, types
 from pathlib import Path
 
-grading = types.ModuleType("posenc_lesson.grading")  # without the __init__ that loads every topic
-grading.__path__ = [str(Path({path!r}))]
-sys.modules["posenc_lesson.grading"] = grading
-tasks = importlib.import_module("posenc_lesson.grading.tasks")
-assert not tasks.TASKS, "tasks.py registers tasks itself"
+room = types.ModuleType("posenc_lesson.tasks")  # without the __init__ that loads every topic
+room.__path__ = [str(Path({path!r}))]
+sys.modules["posenc_lesson.tasks"] = room
+tasks = importlib.import_module("posenc_lesson.tasks.registry")
+assert not tasks.TASKS, "registry.py registers tasks itself"
 by_topic = {{}}
 for topic in tasks.TOPICS:
     before = set(tasks.TASKS)
-    importlib.import_module(f"posenc_lesson.grading.{{topic}}")
+    importlib.import_module(f"posenc_lesson.tasks.{{topic}}")
     by_topic[topic] = [t for t in tasks.TASKS if t not in before]
 print(json.dumps(by_topic))
 """
@@ -171,20 +215,20 @@ print(json.dumps(by_topic))
 
 def test_a_topic_file_registers_its_lessons_tasks_when_named_in_topics():
     """Adding a lesson's exercises = one topic file + its name in TOPICS: nothing else registers."""
-    code = TOPIC_TASKS.format(path=str(PKG / "grading"))
+    code = TOPIC_TASKS.format(path=str(PKG / "tasks"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     by_topic = json.loads(out.stdout.splitlines()[-1])
-    assert list(by_topic) == list(grading.TOPICS)
-    assert [t for ids in by_topic.values() for t in ids] == list(grading.TASKS)
+    assert list(by_topic) == list(tasks_room.TOPICS)
+    assert [t for ids in by_topic.values() for t in ids] == list(tasks_room.TASKS)
     for topic, ids in by_topic.items():
-        assert ids, f"grading/{topic}.py registers no task"
-        assert len({t[:2] for t in ids}) == 1, f"grading/{topic}.py mixes lessons: {ids}"
-    registering = {name for name in GRADING
+        assert ids, f"tasks/{topic}.py registers no task"
+        assert len({t[:2] for t in ids}) == 1, f"tasks/{topic}.py mixes lessons: {ids}"
+    registering = {name for name in TASKS_ROOM
                    if any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "register"
-                          for n in ast.walk(ast.parse(_source("grading", f"{name}.py"))))}
-    assert registering == set(grading.TOPICS), "a module registers tasks without being in TOPICS"
+                          for n in ast.walk(ast.parse(_source("tasks", f"{name}.py"))))}
+    assert registering == set(tasks_room.TOPICS), "a module registers tasks without being in TOPICS"
 
 
 def test_the_lab_runs_as_a_module():

@@ -3,7 +3,7 @@
 ``nbgrader generate_assignment`` on solutions/, configured as the README says, must give the same
 student notebooks as exercises/ (same cells, sources, nbgrader metadata, stubs; no explanation of a
 solution), and ``nbgrader autograde`` must give the solutions full marks and the blank exercises
-zero, with the same points per notebook as posenc_lesson.grading. Two courses (each with its own
+zero, with the same points per notebook as posenc_lesson.tasks. Two courses (each with its own
 sqlite gradebook) run side by side.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from posenc_lesson import grading
+from posenc_lesson import tasks as grading
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"

@@ -49,7 +49,7 @@ def test_ci_runs_make_test():
 
 
 def test_readme_counts_the_exercise_tasks_truthfully():
-    from posenc_lesson.grading import TASKS
+    from posenc_lesson.tasks import TASKS
 
     points = sum(t.points for t in TASKS.values())
     assert f"({len(TASKS)} tasks, {points} points in all)" in (ROOT / "README.md").read_text()

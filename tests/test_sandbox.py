@@ -20,10 +20,10 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.grading import cli, grader, sandbox, submissions
-from posenc_lesson.grading.errors import UsageError, printable
-from posenc_lesson.grading.kernel import Kernel
-from posenc_lesson.grading.plan import load_exercises
+from posenc_lesson.grader import cli, grader, sandbox, submissions
+from posenc_lesson.grader.errors import UsageError, printable
+from posenc_lesson.grader.kernel import Kernel
+from posenc_lesson.grader.plan import load_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBJECT = "01_permutation_equivariance"

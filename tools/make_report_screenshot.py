@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from posenc_lesson.grading import TASKS
+from posenc_lesson.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
@@ -100,7 +100,7 @@ def build_class(folder: Path) -> Path:
 
 def grade(klass: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     """posenc-grade on the class, two notebooks at a time, with the fixed seed."""
-    cmd = [sys.executable, "-m", "posenc_lesson.grading", "--jobs", "2", "--seed", str(SEED),
+    cmd = [sys.executable, "-m", "posenc_lesson.grader", "--jobs", "2", "--seed", str(SEED),
            "--timeout", "20", "--out", str(out), *extra, str(klass)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 

@@ -1,60 +1,24 @@
-"""The grading layer: instant feedback in the exercise notebooks, and the ``posenc-grade`` command.
+"""The old name of ``posenc_lesson.tasks``, kept for exercise notebooks already handed out.
 
-What an exercise notebook imports:
-
-    from posenc_lesson.grading import assert_passes, check
-    check("06_apply_rope_half", apply_rope_half)      # prints ✅ or ❌ with a diagnosis
-
-Inside, one concern per module (imports point one way: math <- lab <- grading):
-
-    tasks        Task, the registry TASKS and its TOPICS, outputs_of (runs the learner's code,
-                 watching for forbidden calls), score (pure) and assess (score with the
-                 diagnosis's id), the GENERIC ids, verdict, check, assert_passes
-    judges       the shared tensor judge, tolerances, mistakes several lessons share
-    concepts     concept questions (run kind "answer"): a letter or a number, judged against what
-                 the library computes, each wrong answer a misconception with its id
-    permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation,
-    copy_accuracy, context_extension, partial_rotary
-                 the topic files, in TOPICS: each lesson's tasks (cases, references, mistakes and
-                 hints) and its concept questions; lesson 08 keeps its measurement task in
-                 copy_accuracy and lesson 09 its partial rotary in partial_rotary
-    posenc-grade, one module per stage:
-    submissions  find the submitted notebooks and match each to its exercise
-    plan         the trusted cells of solutions/, with the learner's solution cells swapped in
-    kernel       a fresh Jupyter kernel with time limits, killed with its process group
-    zygote       the process that imported torch once and forks each kernel
-    sandbox      each kernel shut in: namespaces, a tmpfs, its own uid, rlimits (the spec, the probe)
-    shut_in      what runs in the sandboxed processes (standard library only)
-    grader       run a plan in a kernel, take each task's outputs out, score them here
-    report       grades.csv, one JSON per submission, the summary table
-    class_report report.html: per task, worst first, the scores and the mistakes ranked
-    cli          the command line: posenc-grade, or python -m posenc_lesson.grading
-    errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
-    in_kernel    what runs inside each kernel (and behind check()): the run kinds, the watch
-                 that records calls of the library a task does not allow, the harvest
-    watch        the profile, torch function mode and audit hook behind it (kernel side too)
-    given        functions a task hands to the learner's code as inputs (lesson 01)
-    flags        the static scan of answer cells: review flags for the instructor
-
-The names below load lazily: the first one used imports ``tasks`` and registers every topic's
-tasks, so ``TASKS`` is complete. Importing the package alone (as a grading kernel does, for
-``in_kernel``) loads no task, no reference and no judge; in a grading kernel ``check`` and
-``assert_passes`` are stand-ins and the rest is not there (``in_kernel.install``).
+Notebooks made before the course split its exercises (``posenc_lesson.tasks``) from the grader
+(``posenc_lesson.grader``) start with ``from posenc_lesson.grading import assert_passes, check``.
+That line keeps working: every name is looked up in ``posenc_lesson.tasks`` when it is used
+(so in a grading kernel the stand-ins are found too), and the first import says where the new
+one is. ``python -m posenc_lesson.grading`` still runs posenc-grade.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-__all__ = ["GENERIC", "TASKS", "TOPICS", "Task", "assert_passes", "assess", "check", "hidden_cases", "job",
-           "load_topics", "outputs_of", "score", "verdict"]
-_GRADING = False  # True inside a grading kernel
+from .. import tasks as _tasks
+
+__all__ = list(_tasks.__all__)
+
+warnings.warn("posenc_lesson.grading is now posenc_lesson.tasks: write `from posenc_lesson.tasks import "
+              "assert_passes, check` (the old line still works)", FutureWarning, stacklevel=2)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__ or _GRADING:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import tasks
-
-    tasks.load_topics()
-    return getattr(tasks, name)
+    return getattr(_tasks, name)

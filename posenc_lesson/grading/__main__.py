@@ -1,7 +1,5 @@
-"""python -m posenc_lesson.grading: the posenc-grade command (successor of python -m posenc_lesson.grade)."""
+"""python -m posenc_lesson.grading: the old name of python -m posenc_lesson.grader (posenc-grade)."""
 
-import sys
+from ..grader.cli import main
 
-from .cli import main
-
-sys.exit(main())
+raise SystemExit(main())

@@ -9,6 +9,6 @@
                  and fine-tuned (python -m posenc_lesson.lab.context_extension, also in `make experiments`)
 
 The lab imports the math modules (``posenc_lesson.attention``, ``rope``, ...) and never the
-grading layer. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
+tasks or the grader. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
 ``posenc_lesson.SCHEMES`` and ``posenc_lesson.copy_batch``.
 """

@@ -2,7 +2,7 @@ r"""The task registry and the two halves of grading: run the learner's code, the
 
 Every graded task in ``exercises/`` is a :class:`Task`: the name the learner's cell defines,
 the inputs it is called on, and how to judge what came back. The tasks live in one topic
-file per lesson (``posenc_lesson/grading/<topic>.py``); each registers its tasks with
+file per lesson (``posenc_lesson/tasks/<topic>.py``); each registers its tasks with
 :func:`register` when imported, and ``TOPICS`` below lists the topic files in course order
 (adding a lesson's exercises is one topic file and one word in ``TOPICS``).
 
@@ -16,7 +16,7 @@ Grading is split in two so that nothing a learner's code does can change a compa
 come back as ``{"error": "Type: message"}``. ``score`` calls the task's judge, which
 recomputes the reference answers from the library in its own process, compares with explicit
 tolerances and, when an answer is wrong, names the likely mistake and gives a hint
-(``posenc_lesson.grading.judges``). It never prints the right answer.
+(``posenc_lesson.tasks.judges``). It never prints the right answer.
 
 Every diagnosis has a stable id, ``<topic>.<snake_case>``: a known mistake's id is defined next
 to it in its topic file (``rope.layout_swapped``, ``sinusoidal.exponent_factor_2``); what is
@@ -218,11 +218,11 @@ def _code_entry(name: str) -> tuple[str, str]:
 
 
 def grader_only_paths() -> list[str]:
-    """What a grading kernel must not read: every topic file, the registry, the judges (the concept
-    questions' too) and the flags (the references and the right answers live there), and grading's
-    compiled copies."""
+    """What a grading kernel must not read, of this room: every topic file, the registry and the
+    judges (the concept questions' too: the references and the right answers live there), and
+    their compiled copies. The grader adds its own (its flags)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    names = [*TOPICS, "tasks", "judges", "concepts", "flags"]
+    names = [*TOPICS, "registry", "judges", "concepts"]
     return [os.path.join(here, f"{n}.py") for n in names] + [os.path.join(here, "__pycache__")]
 
 
@@ -241,7 +241,7 @@ def watch_spec(task_id: str, cases: list[tuple] | None = None) -> dict:
     allowed = [_code_entry(name) for name in task.allowed]
     given = {v["given"] for case in in_kernel.encode(list(cases or task.cases()))
              for v in case if isinstance(v, dict) and "given" in v}
-    allowed += [("grading/given", name) for name in sorted(given)]
+    allowed += [("tasks/given", name) for name in sorted(given)]
     return {"allowed": [list(e) for e in allowed], "forbidden": [list(e) for e in forbidden],
             "torch": sorted(families)}
 

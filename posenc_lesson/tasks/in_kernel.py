@@ -189,16 +189,17 @@ def _assert_stand_in(task_id: Any = None, fn: Any = None) -> None:
 
 def install(checks_module: str | None = None) -> None:
     """Before any learner code: take our own references; put stand-ins for ``check`` and
-    ``assert_passes`` in ``posenc_lesson.grading`` (the tasks and judges are never imported
-    here). ``checks_module`` is accepted for older graders and not used."""
+    ``assert_passes`` in ``posenc_lesson.tasks`` (the tasks and judges are never imported here;
+    the old name ``posenc_lesson.grading`` forwards to it). ``checks_module`` is accepted for
+    older graders and not used."""
     from IPython import get_ipython
 
     watch.install()
     _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given.CATALOGUE),
                   setprofile=sys.setprofile, settrace=sys.settrace)
-    grading = sys.modules[__package__]
-    grading.check, grading.assert_passes = _check_stand_in, _assert_stand_in
-    grading._GRADING = True
+    room = sys.modules[__package__]
+    room.check, room.assert_passes = _check_stand_in, _assert_stand_in
+    room._GRADING = True
 
 
 def harvest(job: str, out: str) -> None:

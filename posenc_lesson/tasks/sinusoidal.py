@@ -24,7 +24,7 @@ from .judges import (
     seeded,
     tensor_judge,
 )
-from .tasks import Task, register
+from .registry import Task, register
 
 _TABLE_HINT = ("PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), "
                "with pos = 0 .. max_len-1 and i = 0 .. d_model/2-1.")
@@ -123,7 +123,7 @@ def _dots_like_5_9() -> frozenset[tuple[int, int]]:
 
 register(question(
     id="02_q_dot_offset", title="Predict: which dot products of encodings are equal",
-    entry="answer_02_dot_offset", forbidden=("posenc_lesson.grading.sinusoidal._dots_like_5_9",),
+    entry="answer_02_dot_offset", forbidden=("posenc_lesson.tasks.sinusoidal._dots_like_5_9",),
     judge=choice_judge(
         {"a": frozenset({(9, 13)}), "b": frozenset({(9, 13), (5, 1)}), "c": frozenset()}, _dots_like_5_9, [
             Misconception("a", "you expect the dot product to know which of the two positions comes "
@@ -144,7 +144,7 @@ def _slowest_wavelength() -> float:
 
 register(question(
     id="02_q_slowest_wavelength", title="Predict: the slowest pair's wavelength at d_model = 512",
-    entry="answer_02_slowest_wavelength", forbidden=("posenc_lesson.grading.sinusoidal._slowest_wavelength",),
+    entry="answer_02_slowest_wavelength", forbidden=("posenc_lesson.tasks.sinusoidal._slowest_wavelength",),
     judge=number_judge(_slowest_wavelength, [
         Misconception(lambda: 2 * math.pi * 10_000, "you take the slowest pair to turn at exactly 1/10000 "
                       "radian per position; its exponent is 2i/d_model for the last i = d_model/2 - 1, "

@@ -51,6 +51,8 @@ MESSAGES = {
     "private": "uses a private name of a library",
 }
 
+# the packages of the exercises and the grader (and the old name, an alias of the first)
+_GRADING_PACKAGES = ("posenc_lesson.tasks", "posenc_lesson.grader", "posenc_lesson.grading")
 _MODULES = {  # top-level module -> kind
     **dict.fromkeys(("os", "posix", "nt", "subprocess", "signal", "socket", "threading", "_thread",
                      "multiprocessing", "concurrent", "asyncio", "ctypes", "cffi", "resource", "pty",
@@ -186,8 +188,9 @@ class _Reader(ast.NodeVisitor):
         self.findings.append((kind, node, what))
 
     def _module_kind(self, name: str, node: ast.AST) -> None:
-        if name == "posenc_lesson.grading" or name.startswith("posenc_lesson.grading."):
-            if name not in ("posenc_lesson.grading.check", "posenc_lesson.grading.assert_passes"):
+        package = next((p for p in _GRADING_PACKAGES if name == p or name.startswith(p + ".")), None)
+        if package:
+            if name not in (f"{package}.check", f"{package}.assert_passes"):
                 self.add("grading", node, name)
             return
         top = name.split(".")[0]
@@ -225,7 +228,7 @@ class _Reader(ast.NodeVisitor):
         if isinstance(root, ast.Name) and dotted and root.id not in self.bound:
             module = self.modules.get(root.id, root.id)
         full = module + dotted[len(root.id):] if module else attr
-        if attr in _INTERNALS or full.startswith("posenc_lesson.grading.") and attr not in (
+        if attr in _INTERNALS or full.startswith(tuple(p + "." for p in _GRADING_PACKAGES)) and attr not in (
                 "check", "assert_passes"):
             self.add("grading", node, full)
         elif attr.startswith("__") and attr.endswith("__"):
@@ -270,7 +273,7 @@ class _Reader(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             text = node.value
-            if "posenc_lesson.grading" in text or any(name in text for name in ("in_kernel", "harvest")):
+            if any(name in text for name in (*_GRADING_PACKAGES, "in_kernel", "harvest")):
                 self.add("grading", node, repr(text[:40]))
             elif any(p in text for p in _PATHS):
                 self.add("files", node, repr(text[:40]))

@@ -1,7 +1,7 @@
 """A fresh Jupyter kernel per submission, with time limits, driven over the shell channel only.
 
 On Linux each kernel is forked from a zygote that imported torch once
-(``posenc_lesson.grading.zygote.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
+(``posenc_lesson.grader.zygote.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
 from scratch. A cell over its limit is interrupted; a kernel that does not stop, or dies, is
 killed with its whole process group.
 
@@ -77,7 +77,7 @@ def zygote_env(box: sandbox.Spec) -> dict[str, str]:
 
 class Zygote:
     """A process that has imported torch & co. once and forks a fresh kernel on request
-    (``posenc_lesson.grading.zygote.serve``). One per grading run, shared by the jobs."""
+    (``posenc_lesson.grader.zygote.serve``). One per grading run, shared by the jobs."""
 
     def __init__(self, checks_module: str, workdir: Path, box: sandbox.Spec | None = None):
         self.checks_module = checks_module
@@ -105,7 +105,7 @@ class Zygote:
 
     def _start(self) -> None:
         box = self.box.dumps() if self.box else None
-        code = f"from posenc_lesson.grading.zygote import serve; serve({self.checks_module!r}, {box!r})"
+        code = f"from posenc_lesson.grader.zygote import serve; serve({self.checks_module!r}, {box!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=zygote_env(self.box) if self.box else kernel_env(),
@@ -114,7 +114,7 @@ class Zygote:
         if not line.startswith('{"ready"'):
             self.close()
             raise InfrastructureError("could not start the kernel zygote (python -c 'from "
-                                      "posenc_lesson.grading.zygote import serve; serve()' failed)")
+                                      "posenc_lesson.grader.zygote import serve; serve()' failed)")
 
     def close(self) -> None:
         """Close its stdin: it kills the kernels it forked and exits."""

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..lab.copy_task import copy_batch
 from .judges import Mistake, call, seeded, tensor_judge
-from .tasks import Task, register
+from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
 # 08_copy_accuracy: the lab's measurement, accuracy at each copied position k = 1 .. n

@@ -30,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
+from ..tasks.registry import GENERIC
 from .errors import printable
 from .report import Graded, format_number
-from .tasks import GENERIC
 
 WORST = ("worst = the lowest mean fraction of the task's points over the graded notebooks "
          "(ties: more zeros first, then course order)")

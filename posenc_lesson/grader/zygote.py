@@ -1,12 +1,12 @@
 """The kernel zygote: import torch & co. once, then fork a fresh ipykernel per submission.
 
-`posenc-grade` (``posenc_lesson.grading.kernel.Zygote``) starts ``serve`` in a process of its
+`posenc-grade` (``posenc_lesson.grader.kernel.Zygote``) starts ``serve`` in a process of its
 own. It imports IPython, torch, numpy, matplotlib and the checks once, then forks a fresh
 kernel per submission, so a kernel is ready in a fraction of a second instead of the two or
 three it takes to import torch. Each fork is its own process in its own session, runs no code
 of any other submission, and is killed with its whole process group.
 
-With a sandbox (``posenc_lesson.grading.sandbox``), each fork is a *warden* that builds the
+With a sandbox (``posenc_lesson.grader.sandbox``), each fork is a *warden* that builds the
 kernel's namespaces and forks the kernel into them; the zygote answers the grader only once
 the kernel is shut in (or with the reason it could not be).
 """
@@ -25,7 +25,7 @@ from typing import Any
 from . import sandbox
 
 PRELOAD = ("ipykernel.kernelapp", "IPython", "numpy", "torch", "matplotlib", "matplotlib.pyplot",
-           "posenc_lesson", "posenc_lesson.viz", "posenc_lesson.grading.in_kernel")
+           "posenc_lesson", "posenc_lesson.viz", "posenc_lesson.tasks.in_kernel")
 
 _running: set[int] = set()  # kernels forked and not yet reaped
 
@@ -104,7 +104,7 @@ def _fork_sandboxed(spec: sandbox.Spec, request: dict) -> dict:
                                                                f"within {SETUP_TIMEOUT:g} s"}
 
 
-def serve(checks_module: str = "posenc_lesson.grading", spec: str | None = None) -> None:
+def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -> None:
     """Import the heavy modules once, then fork one kernel per request, forever.
 
     Protocol, one JSON object per line: the grader writes ``{"connection_file": ..., "cwd": ...}``

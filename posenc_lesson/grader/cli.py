@@ -2,8 +2,8 @@ r"""Grade a class's exercise notebooks: the ``posenc-grade`` command.
 
     posenc-grade [--jobs N] [--timeout SECONDS] [--sandbox auto|on|off] [--memory SIZE]
                  [--disk SIZE] --out DIR PATH...
-    python -m posenc_lesson.grading ...          (the same command; it succeeds the former
-                                                  python -m posenc_lesson.grade)
+    python -m posenc_lesson.grader ...           (the same command; so is the older
+                                                  python -m posenc_lesson.grading)
 
 PATH is a submitted notebook (its student id is the file stem) or a class folder laid out as
 ``<folder>/<student>/<notebook>.ipynb`` (the student id is the folder name; notebooks deeper
@@ -57,7 +57,7 @@ The tests come from the course, never from the submission. For a submission of e
    does not allow, however it was reached, is recorded), and saves what came back, as plain
    data, to a file. No task, reference or judge is in the kernel (their files are hidden from
    it). The grader loads that file with ``torch.load(weights_only=True)`` (which builds only
-   tensors and plain values) in its own process and calls ``grading.score(task_id, outputs,
+   tensors and plain values) in its own process and calls ``tasks.score(task_id, outputs,
    cases)`` there (``grader``). Every comparison happens in the grader's process, where no
    learner code ever ran: patching ``torch.allclose``, ``np.allclose`` or
    ``torch.testing.assert_close``, or redefining ``check``, reaches none of it; a table of the
@@ -112,6 +112,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from ..tasks.registry import grader_only_paths
 from . import class_report, sandbox
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
@@ -119,7 +120,6 @@ from .kernel import kill_all_kernels
 from .plan import load_exercises
 from .report import Graded, format_number, json_path, summary, task_columns, write_atomic, write_csv
 from .submissions import Submission, discover, label_rows, read_and_match
-from .tasks import grader_only_paths
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
 
@@ -281,7 +281,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     _check_out(out, subs, args.force, not args.no_report)
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
-    sandbox.hide_from_kernels(*grader_only_paths())  # what knows the answers stays out of the kernels
+    here = Path(__file__).resolve().parent  # the flags know what they look for
+    sandbox.hide_from_kernels(*grader_only_paths(), here / "flags.py", here / "__pycache__")
     with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
         box = _sandbox(args, Path(workdir), memory, disk)
         grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,

@@ -18,7 +18,7 @@ from torch import Tensor
 from .. import relative as _relative
 from .concepts import Misconception, number_judge, question
 from .judges import Mistake, call, diagnoses, seeded, tensor_judge
-from .tasks import Task, register
+from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
 # 05_clipped_index: clip(j - (i + q_offset), -k, k) + k
@@ -347,7 +347,7 @@ _MAX_EXACT = 32 // 2 // 2  # T5's encoder: 16 buckets per direction, the first 8
 
 register(question(
     id="05_q_single_buckets", title="Predict: how many of T5's 32 buckets hold a single offset",
-    entry="answer_05_single_buckets", forbidden=("posenc_lesson.grading.relative._single_offset_buckets",),
+    entry="answer_05_single_buckets", forbidden=("posenc_lesson.tasks.relative._single_offset_buckets",),
     judge=number_judge(_single_offset_buckets, [
         Misconception(2 * _MAX_EXACT, "you count max_exact exact buckets in each half, distance 0 included "
                       "in both; but a key *after* the query is at least 1 token away, so the future half "
@@ -370,7 +370,7 @@ def _shaw_row() -> int:
 
 register(question(
     id="05_q_shaw_row", title="Predict: the row of Shaw's table for a key five tokens back",
-    entry="answer_05_shaw_row", forbidden=("posenc_lesson.grading.relative._shaw_row",),
+    entry="answer_05_shaw_row", forbidden=("posenc_lesson.tasks.relative._shaw_row",),
     judge=number_judge(_shaw_row, [
         Misconception(lambda: int(_offsets(6, 6, 0, sign=-1)[5, 0].clamp(-3, 3) + 3),
                       "you took the offset as i - j (query minus key): the key in the past would read the "

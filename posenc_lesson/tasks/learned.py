@@ -33,7 +33,7 @@ from .judges import (
     swap_pairs,
     tensor_judge,
 )
-from .tasks import NOT_IMPLEMENTED, Task, is_marker, not_implemented, register
+from .registry import NOT_IMPLEMENTED, Task, is_marker, not_implemented, register
 
 
 def _learned_cases(seed: int = 0) -> list[tuple]:
@@ -200,7 +200,7 @@ def _rows_with_gradient() -> tuple[int, int, int]:
 
 register(question(
     id="04_q_trained_rows", title="Predict: how many rows of a learned table ever train",
-    entry="answer_04_trained_rows", forbidden=("posenc_lesson.grading.learned._rows_with_gradient",),
+    entry="answer_04_trained_rows", forbidden=("posenc_lesson.tasks.learned._rows_with_gradient",),
     judge=number_judge(lambda: _rows_with_gradient()[0], [
         Misconception(lambda: _rows_with_gradient()[1], "you count every row a training sequence reaches; "
                       "the last token of the longest sequence has no target, and in a causal model no "

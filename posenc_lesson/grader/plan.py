@@ -84,7 +84,7 @@ def load_exercises(solutions_dir: Path, tasks: Iterable[str] | None = None) -> d
                 if gid is not None and (tasks is None or gid in tasks):
                     task_ids.append(gid)
             elif nbg.get("grade"):
-                continue  # a test cell: the tests come from posenc_lesson.grading instead
+                continue  # a test cell: the tests come from posenc_lesson.tasks instead
             else:
                 steps.append(Step("setup", gid, _source(cell), number))
                 if gid is None:

@@ -1,6 +1,6 @@
 """Grading one submission: run its plan in a kernel, take each task's outputs out, score them here.
 
-The outputs are taken inside the kernel by ``posenc_lesson.grading.in_kernel.harvest``, on the
+The outputs are taken inside the kernel by ``posenc_lesson.tasks.in_kernel.harvest``, on the
 task's hidden cases (drawn here for the run's seed, written into the kernel's folder as data
 just before the harvest), and loaded here with ``torch.load(weights_only=True)``; ``score`` runs
 in this process, where no learner code ever ran, on the same cases. A cell that kills its kernel
@@ -36,7 +36,7 @@ from .report import Graded, TaskResult
 from .sandbox import Spec
 from .submissions import READ_FLAGS, Submission
 
-CHECKS_MODULE = "posenc_lesson.grading"  # the registry: TASKS, outputs_of, score
+CHECKS_MODULE = "posenc_lesson.tasks"  # the registry: TASKS, outputs_of, score
 DEFAULT_CELL_TIMEOUT = 30.0  # seconds per cell (and per task's test run)
 DEFAULT_NOTEBOOK_TIMEOUT = 300.0  # seconds for a whole notebook, restarts included
 MAX_OUTPUTS_BYTES = 64 * 2**20  # a task's saved outputs larger than this are not loaded
@@ -131,7 +131,7 @@ class Grader:
                 kernel = Kernel(Path(tmp), self.zygote, self.box)
                 try:
                     kernel.start()
-                    setup = (f"import posenc_lesson.grading.in_kernel as _g; "
+                    setup = (f"import posenc_lesson.tasks.in_kernel as _g; "
                              f"_g.install({self.checks_module!r}); del _g")
                     reply = kernel.run(setup, KERNEL_START_TIMEOUT, time.monotonic() + KERNEL_START_TIMEOUT)
                     if reply.status != "ok":
@@ -235,7 +235,7 @@ class Grader:
         except OSError as exc:
             return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})",
                               "generic.not_graded"), False
-        code = (f"import posenc_lesson.grading.in_kernel as _g; "
+        code = (f"import posenc_lesson.tasks.in_kernel as _g; "
                 f"_g.harvest({job_inside!r}, {inside!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)

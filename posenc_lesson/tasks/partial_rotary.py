@@ -16,7 +16,7 @@ from torch import Tensor
 from .. import rope as _rope
 from .context_extension import ROTATION_FORBIDDEN, SCALING_FORBIDDEN, _theta
 from .judges import Mistake, call, draw, randn, seeded, tensor_judge
-from .tasks import Task, register
+from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
 # 09_fix_partial_rotary: rotate the first rotary_dim channels with rotary_dim in the exponent

@@ -28,7 +28,7 @@ from .judges import (
     softmax_attention,
     tensor_judge,
 )
-from .tasks import Task, register
+from .registry import Task, register
 
 
 def _slopes_off_by_one(n: int) -> Tensor:
@@ -241,7 +241,7 @@ def _slope_12() -> float:
 
 register(question(
     id="07_q_slope_12", title="Predict: the slope of head 8 in a 12-head model",
-    entry="answer_07_slope_12", forbidden=("posenc_lesson.grading.alibi._slope_12",),
+    entry="answer_07_slope_12", forbidden=("posenc_lesson.tasks.alibi._slope_12",),
     judge=number_judge(_slope_12, [
         Misconception(lambda: float(_slopes_naive(12)[8]), "you used 2^(-8(h+1)/n) with n = 12; that formula "
                       "is for a power of 2 only.", "12 is not a power of 2: start from the 8 slopes of "
@@ -279,7 +279,7 @@ def _bloom_same() -> tuple[bool, bool]:
 
 register(question(
     id="07_q_bloom", title="Predict: BLOOM's bias +m j against ALiBi's",
-    entry="answer_07_bloom", forbidden=("posenc_lesson.grading.alibi._bloom_same",),
+    entry="answer_07_bloom", forbidden=("posenc_lesson.tasks.alibi._bloom_same",),
     judge=choice_judge({"a": (True, False), "b": (False, False), "c": (True, True)}, _bloom_same, [
         Misconception("b", "you compare the biases entry by entry; the softmax sees each row only up to a "
                       "constant, and +m j differs from -m (i - j) by m i, the same for every key of row i.",

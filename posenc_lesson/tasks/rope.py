@@ -27,7 +27,7 @@ from .judges import (
     seeded,
     tensor_judge,
 )
-from .tasks import Task, register
+from .registry import Task, register
 
 
 def _rope_ref(x: Tensor, positions: Tensor, layout: str, base: float = 10_000.0) -> Tensor:
@@ -258,7 +258,7 @@ def _pairs(partner: Any, dh: int = 8) -> frozenset[frozenset[int]]:
 
 register(question(
     id="06_q_half_pairs", title="Predict: which channels the half layout pairs",
-    entry="answer_06_half_pairs", forbidden=("posenc_lesson.grading.rope._half_pairs",),
+    entry="answer_06_half_pairs", forbidden=("posenc_lesson.tasks.rope._half_pairs",),
     judge=choice_judge({"a": _pairs(lambda i: i ^ 1), "b": _pairs(lambda i: (i + 4) % 8),
                         "c": _pairs(lambda i: 7 - i), "d": "every channel with every other"}, _half_pairs, [
         Misconception("a", "that is the interleaved layout of RoFormer and Meta's LLaMA code; rotate_half "
@@ -291,8 +291,8 @@ def _random_score_decay() -> str:
 
 register(question(
     id="06_q_decay", title="Predict: RoPE scores of random q and k, near and far",
-    entry="answer_06_decay", forbidden=("posenc_lesson.grading.rope._random_score_decay",
-                                        "posenc_lesson.grading.rope._score_spread"),
+    entry="answer_06_decay", forbidden=("posenc_lesson.tasks.rope._random_score_decay",
+                                        "posenc_lesson.tasks.rope._score_spread"),
     judge=choice_judge({"a": "smaller on average far away", "b": "same", "c": "smaller spread far away"},
                        _random_score_decay, [
         Misconception("a", "you read RoFormer's long-term decay as a penalty on every score; only a "

@@ -40,7 +40,7 @@ from .judges import (
     seeded,
     type_text,
 )
-from .tasks import Task, is_marker, register
+from .registry import Task, is_marker, register
 
 
 def _terms_cases(seed: int = 0) -> list[tuple]:
@@ -157,7 +157,7 @@ register(Task(
     title="The scheme switch",
     points=3,
     entry="position_terms",
-    forbidden=("posenc_lesson.grading.extrapolation._terms_reference",),
+    forbidden=("posenc_lesson.tasks.extrapolation._terms_reference",),
     cases=_terms_cases,
     run=call,
     judge=_judge_terms,
@@ -240,7 +240,7 @@ register(Task(
     title="Measuring order sensitivity",
     points=2,
     entry="order_sensitive",
-    forbidden=("posenc_lesson.grading.extrapolation._order_sensitive",),
+    forbidden=("posenc_lesson.tasks.extrapolation._order_sensitive",),
     cases=lambda: list(_ORDER_CASES),
     run=ONE_THREAD,
     hidden=_order_cases,
@@ -280,7 +280,7 @@ register(Task(
     title="Predict: which models notice a swap?",
     points=1,
     entry="predicted_order_sensitive",
-    forbidden=("posenc_lesson.grading.extrapolation._order_sensitive",),
+    forbidden=("posenc_lesson.tasks.extrapolation._order_sensitive",),
     cases=lambda: [()],
     run=call,
     hidden=lambda seed: [()],  # a prediction has no input: it cannot vary
@@ -309,7 +309,7 @@ def _first_new_bucket(trained_up_to: int = 2 * _L + 1) -> int:
 register(question(
     id="08_q_t5_new_bucket", title="Predict: where the lab's T5 model meets an untrained bucket",
     entry="answer_08_t5_new_bucket",
-    forbidden=("posenc_lesson.grading.extrapolation._first_new_bucket",),
+    forbidden=("posenc_lesson.tasks.extrapolation._first_new_bucket",),
     judge=number_judge(_first_new_bucket, [
         Misconception(2 * _L + 2, "you take the first distance no training sequence had; but buckets group "
                       "distances, and that one shares its bucket with distances training did use.",

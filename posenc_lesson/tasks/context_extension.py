@@ -21,7 +21,7 @@ from .. import rope as _rope
 from .. import rope_scaling as _scaling
 from .concepts import Misconception, choice_judge, question
 from .judges import Mistake, call, draw, randn, seeded, tensor_judge
-from .tasks import Task, register
+from .registry import Task, register
 
 
 def _uniform(g: torch.Generator, low: float, high: float) -> float:
@@ -318,7 +318,7 @@ def _yarn_kept(factor: float = 8.0, head_dim: int = 128, t_train: int = 4096) ->
 
 register(question(
     id="09_q_yarn_keeps", title="Predict: which pairs YaRN leaves alone",
-    entry="answer_09_yarn_keeps", forbidden=("posenc_lesson.grading.context_extension._yarn_kept",),
+    entry="answer_09_yarn_keeps", forbidden=("posenc_lesson.tasks.context_extension._yarn_kept",),
     judge=choice_judge({"a": "fast", "b": "slow", "c": "none", "d": "all"}, _yarn_kept, [
         Misconception("b", "you have the ramp the wrong way round: the slow pairs are the ones that have "
                       "never turned once in training, and those are the ones YaRN interpolates.",

@@ -34,7 +34,7 @@ from .judges import (
     tensor_judge,
     type_text,
 )
-from .tasks import Task, is_marker, register
+from .registry import Task, is_marker, register
 
 
 def _attention_cases(seed: int = 0) -> list[tuple]:
@@ -168,7 +168,7 @@ register(Task(
     title="The permutation check",
     points=2,
     entry="is_permutation_equivariant",
-    forbidden=("posenc_lesson.grading.permutation._equivariant",),
+    forbidden=("posenc_lesson.tasks.permutation._equivariant",),
     cases=_permutation_cases,
     run=call,
     judge=_judge_permutation,
@@ -203,7 +203,7 @@ def _pooled_orders() -> str:
 
 register(question(
     id="01_q_pooled_order", title="Predict: a pooled sentence vector after a swap",
-    entry="answer_01_pooled_order", forbidden=("posenc_lesson.grading.permutation._pooled_orders",),
+    entry="answer_01_pooled_order", forbidden=("posenc_lesson.tasks.permutation._pooled_orders",),
     judge=choice_judge(
         {"a": "differ", "b": "same for every order", "c": "same while word 1 stays in the middle"},
         _pooled_orders, [
@@ -231,7 +231,7 @@ def _causal_swap_unchanged() -> frozenset[int]:
 
 register(question(
     id="01_q_causal_swap", title="Predict: which outputs of causal attention survive a swap",
-    entry="answer_01_causal_swap", forbidden=("posenc_lesson.grading.permutation._causal_swap_unchanged",),
+    entry="answer_01_causal_swap", forbidden=("posenc_lesson.tasks.permutation._causal_swap_unchanged",),
     judge=choice_judge(
         {"a": frozenset({0, 1, 2, 3}), "b": frozenset(), "c": frozenset({0, 3}), "d": frozenset({0})},
         _causal_swap_unchanged, [

@@ -26,7 +26,7 @@ from .judges import (
     seeded,
     tensor_judge,
 )
-from .tasks import Task, register
+from .registry import Task, register
 
 _OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
                      "posenc_lesson.apply_rope")
@@ -155,7 +155,7 @@ def _way_back() -> str:
 
 register(question(
     id="03_q_look_back", title="Predict: the matrix that moves k positions back",
-    entry="answer_03_look_back", forbidden=("posenc_lesson.grading.rotation._way_back",),
+    entry="answer_03_look_back", forbidden=("posenc_lesson.tasks.rotation._way_back",),
     judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"}, _way_back, [
         Misconception("b", "you negate the matrix to negate the shift; -M_k flips the sign of every "
                       "channel, which is a half turn of every clock hand, not a turn back by k w_i.",
@@ -178,7 +178,7 @@ def _self_dot() -> float:
 
 register(question(
     id="03_q_self_dot", title="Predict: PE_pos . PE_pos at d_model = 64",
-    entry="answer_03_self_dot", forbidden=("posenc_lesson.grading.rotation._self_dot",),
+    entry="answer_03_self_dot", forbidden=("posenc_lesson.tasks.rotation._self_dot",),
     judge=number_judge(_self_dot, [
         Misconception(64, "you counted 1 per channel; a channel holds a sine or a cosine, and it is a "
                       "*pair* that contributes sin^2 + cos^2 = 1.", "how many pairs does d_model = 64 make?",

@@ -1,6 +1,6 @@
 r"""Concept questions: a letter to choose or a number to predict, graded like every task.
 
-A question is a :class:`~posenc_lesson.grading.tasks.Task` with the run kind "answer": the kernel
+A question is a :class:`~posenc_lesson.tasks.registry.Task` with the run kind "answer": the kernel
 hands back the value of the learner's ``answer_06_half_pairs`` (or what it returns, when it is a
 function called with no arguments; the exercises write it as one, so that a blank notebook runs
 through). It has one case with no input; hidden inputs cannot vary a fixed question, so its
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from .judges import feedback, type_text
-from .tasks import Judged, Task, diagnoses, is_marker, mistake_id
+from .registry import Judged, Task, diagnoses, is_marker, mistake_id
 
 ANSWER = "answer"  # the run kind (in_kernel.RUNS)
 
