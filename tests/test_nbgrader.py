@@ -1,10 +1,11 @@
 """The exercise notebooks work unchanged with nbgrader, proven headless in a temporary course.
 
 ``nbgrader generate_assignment`` on solutions/, configured as the README says, must give the same
-student notebooks as exercises/ (same cells, sources, nbgrader metadata, stubs; no explanation of a
-solution), and ``nbgrader autograde`` must give the solutions full marks and the blank exercises
-zero, with the same points per notebook as posenc_lesson.tasks. Two courses (each with its own
-sqlite gradebook) run side by side.
+student notebooks as exercises/, byte for byte (tools/make_exercises.py runs nbgrader's own release
+preprocessors, in nbgrader's order; no explanation of a solution is released), and
+``nbgrader autograde`` must give the solutions full marks and the blank exercises zero, with the same
+points per notebook as posenc_lesson.tasks. Two courses (each with its own sqlite gradebook) run side
+by side.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ EXPLANATION_CONFIG = (
     'c.TagRemovePreprocessor.remove_cell_tags = ["solution_explanation"]\n')
 
 pytestmark = pytest.mark.slow
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tools" / "make_exercises.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_exercises = _generator()
 
 
 def _start(course: Path, *args: str) -> subprocess.Popen:
@@ -90,7 +101,7 @@ def _stems(folder: Path) -> list[str]:
 
 
 def test_generate_assignment_gives_the_committed_exercises(courses):
-    """Same cells (types, sources, ids, outputs, all metadata: nbgrader's checksums included)."""
+    """Same cells (types, sources, ids, outputs, all metadata: nbgrader's checksums included), same bytes."""
     assert _stems(courses["release"]) == _stems(EXERCISES) == _stems(SOLUTIONS)
     for stem in _stems(EXERCISES):
         released = nbformat.read(courses["release"] / f"{stem}.ipynb", as_version=4)
@@ -99,13 +110,37 @@ def test_generate_assignment_gives_the_committed_exercises(courses):
         assert len(released.cells) == len(ours.cells), stem
         for i, (a, b) in enumerate(zip(released.cells, ours.cells, strict=True)):
             assert a == b, f"{stem} cell {i}:\nnbgrader: {a}\nexercises/: {b}"
+        released_bytes = (courses["release"] / f"{stem}.ipynb").read_bytes()
+        assert released_bytes == (EXERCISES / f"{stem}.ipynb").read_bytes(), stem
+
+
+def test_the_generator_runs_nbgraders_release_preprocessors_in_nbgraders_order():
+    """make exercises is nbgrader's release (less SaveCells, the gradebook), after the course's one step."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.preprocessors import SaveCells
+
+    steps = make_exercises.release_preprocessors()
+    assert steps[0] is make_exercises.DropExplanations
+    nbgrader_steps = GenerateAssignment.class_traits()["preprocessors"].default()
+    assert steps[1:] == [s for s in nbgrader_steps if s is not SaveCells]
+    assert all(s.__module__.startswith("nbgrader.preprocessors.") for s in steps[1:])
+    assert [s.__name__ for s in steps[1:]] == [
+        "IncludeHeaderFooter", "InstantiateTests", "LockCells", "ClearSolutions", "ClearOutput",
+        "CheckCellMetadata", "ComputeChecksums", "ClearHiddenTests", "ClearMarkScheme", "ComputeChecksums",
+        "CheckCellMetadata"]
+
+
+def test_the_generator_writes_the_committed_exercises_byte_for_byte(tmp_path):
+    """Regenerated into a temporary folder, every exercise is the committed file, byte for byte."""
+    written = make_exercises.generate(SOLUTIONS, tmp_path)
+    assert sorted(p.name for p in written) == sorted(p.name for p in EXERCISES.glob("*.ipynb"))
+    for path in written:
+        assert path.read_bytes() == (EXERCISES / path.name).read_bytes(), (
+            f"exercises/{path.name} differs from what `make exercises` writes: run it and commit the result")
 
 
 def test_the_explanation_config_is_the_generators_and_the_readmes():
     """The lines that keep nbgrader's release free of explanations are the ones documented."""
-    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tools" / "make_exercises.py")
-    make_exercises = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_exercises)
     assert EXPLANATION_CONFIG == make_exercises.EXPLANATION_CONFIG
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert all(line in readme for line in EXPLANATION_CONFIG.splitlines()), (
