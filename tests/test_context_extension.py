@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
-from posenc_lesson import apply_rope, scaled_dot_product_attention, scaled_rope_frequencies
+from posenc_lesson import apply_rope, rope_frequencies, scaled_dot_product_attention, scaled_rope_frequencies
 from posenc_lesson.lab import context_extension as ce
 from posenc_lesson.lab.model import TinyDecoder
-from posenc_lesson.rope_scaling import SCALING_METHODS
+
+SCALING_METHODS = ce.METHODS[1:]  # the five scalings of lesson 09 and its lab
 
 VOCAB = 12
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -251,3 +252,39 @@ def test_committed_csv_is_a_full_lab_run():
     assert len(rows) == len(expected)
     assert {r["train_length"] for r in rows} == {16} and {r["factor"] for r in rows} == {4.0}
     assert all(0.0 <= r["token_accuracy"] <= 1.0 for r in rows)
+
+
+def test_pi_on_a_pair_group_divides_only_those_frequencies_and_is_undone_on_exit():
+    """pairs_interpolated(model, pairs, s): the layer turns q and k by theta_i / s for i in pairs, by
+    theta_i elsewhere; no pairs is plain RoPE bit for bit, all pairs is the library's "linear"."""
+    model = small_rope()
+    x = torch.randn(2, 9, 32)
+    plain_out, plain_w = model.blocks[0].attn(x)
+    theta = rope_frequencies(16, dtype=torch.float64)
+    divided = theta.clone()
+    divided[[1, 5]] /= 4.0
+    with ce.pairs_interpolated(model, (1, 5), 4.0):
+        out, w = model.blocks[0].attn(x)
+        assert_out, assert_w = first_layer_by_hand(model, x, frequencies=divided)
+        torch.testing.assert_close(out, assert_out)
+        torch.testing.assert_close(w, assert_w)
+    with ce.pairs_interpolated(model, (), 4.0):
+        assert torch.equal(model.blocks[0].attn(x)[1], plain_w)
+    with ce.pairs_interpolated(model, range(8), 4.0):
+        every = model.blocks[0].attn(x)[1]
+    linear = copy.deepcopy(model).set_rope_scaling("linear", factor=4.0, original_max_len=9)
+    torch.testing.assert_close(every, linear.blocks[0].attn(x)[1])
+    assert torch.equal(model.blocks[0].attn(x)[1], plain_w)  # restored on exit
+    assert "rope_arguments" not in vars(model.blocks[0].attn)
+
+
+@pytest.mark.parametrize("pairs, factor, words", [((8,), 4.0, "pairs must be in 0 .. Dh/2 - 1"),
+                                                  ((0,), 0.5, "factor must be >= 1")])
+def test_pi_on_a_pair_group_refuses_bad_arguments(pairs, factor, words):
+    with pytest.raises(ValueError, match=words):
+        with ce.pairs_interpolated(small_rope(), pairs, factor):
+            pass
+    scaled = small_rope().set_rope_scaling("yarn", factor=2.0, original_max_len=8)
+    with pytest.raises(ValueError, match="no set_rope_scaling"):
+        with ce.pairs_interpolated(scaled, (0,), 2.0):
+            pass

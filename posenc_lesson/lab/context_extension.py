@@ -27,12 +27,17 @@ FAST: L = 8, 400 steps, one seed, 60 fine-tuning steps. Run the full lab (`make 
 
     python -m posenc_lesson.lab.context_extension     # rewrites notebooks/09_results.csv
 
+Interventions by pair group (lesson 09, section 1): ``pairs_interpolated(model, pairs, factor)``
+divides theta_i by the factor for the chosen pairs only (PI on a group), and ``evaluate_rows``
+tests a model as the lab does, so one group's effect on each range of n is measured.
+
 Taught in notebooks/09_context_extension.ipynb.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -40,13 +45,15 @@ import functools
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from ..rope_scaling import SCALING_METHODS
+from .. import _checks
+from ..rope import rope_frequencies
 from .copy_task import copy_batch
 from .experiments import LabConfig, build_model
 from .experiments import write_csv as _write_csv
@@ -54,10 +61,13 @@ from .model import TinyDecoder
 from .train import evaluate, train
 
 __all__ = ["CSV_COLUMNS", "FAST", "FULL", "METHODS", "RESULTS_CSV", "STAGES", "ExtensionConfig",
-           "ExtensionResult", "config_from_env", "finetune", "format_summary", "lookup", "ranges", "read_csv",
-           "run_extension_lab", "scaling_arguments", "summarize", "train_base_model", "write_csv"]
+           "ExtensionResult", "config_from_env", "finetune", "format_summary", "lookup", "pairs_interpolated",
+           "evaluate_rows", "ranges", "read_csv", "run_extension_lab", "scaling_arguments", "summarize",
+           "train_base_model", "write_csv"]
 
-METHODS = ("none",) + SCALING_METHODS  # "none": plain RoPE, the baseline
+# "none": plain RoPE, the baseline; then lesson 09's five scalings (the library's others, e.g. LongRoPE,
+# need per-model arguments and are not part of this lab)
+METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 STAGES = ("zero-shot", "fine-tuned")
 CSV_COLUMNS = ("method", "stage", "seed", "train_length", "factor", "length", "token_accuracy", "exact_match")
 RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "09_results.csv"
@@ -163,7 +173,10 @@ class ExtensionResult:
     seconds: float = 0.0
 
 
-def _evaluate_rows(model: TinyDecoder, config: ExtensionConfig, method: str, stage: str, seed: int) -> list:
+def evaluate_rows(model: TinyDecoder, config: ExtensionConfig, method: str, stage: str, seed: int) -> list:
+    """The lab's test of ``model``: copies of every n in config.base.eval_lengths, with the evaluation
+    batches of ``seed``; one CSV row per n, labelled ``method`` and ``stage`` (any strings: a method,
+    or the name of an intervention). ``summarize`` averages them over the ranges."""
     rows = []
     for n in config.base.eval_lengths:
         batches = functools.partial(copy_batch, config.base.eval_batch_size, n, config.base.vocab_size)
@@ -219,14 +232,48 @@ def _run(config: ExtensionConfig, base_models: dict[int, TinyDecoder], progress:
             for method in config.methods:
                 bar.set_postfix_str(f"{method}, seed {seed}")
                 zero_shot = copy.deepcopy(base).set_rope_scaling(**(scaling_arguments(config, method) or {}))
-                result.rows += _evaluate_rows(zero_shot, config, method, "zero-shot", seed)
+                result.rows += evaluate_rows(zero_shot, config, method, "zero-shot", seed)
                 bar.update()
                 tuned, losses = finetune(base, config, method, seed)
                 result.tuned_models[method, seed], result.tuned_losses[method, seed] = tuned, losses
                 bar.update()
-                result.rows += _evaluate_rows(tuned, config, method, "fine-tuned", seed)
+                result.rows += evaluate_rows(tuned, config, method, "fine-tuned", seed)
                 bar.update()
     return result
+
+
+@contextlib.contextmanager
+def pairs_interpolated(model: TinyDecoder, pairs: tuple[int, ...] | list[int],
+                       factor: float) -> Iterator[TinyDecoder]:
+    """While active, every layer turns pair i by t * theta_i / factor for i in ``pairs`` and by
+    t * theta_i for the others: position interpolation (PI) on one group of pairs only,
+
+        theta'_i = theta_i / s   (i in pairs),      theta'_i = theta_i   (otherwise).
+
+    pairs=() is plain RoPE; every pair is PI (scaled_rope_frequencies' "linear"). The model must be a
+    plain RoPE TinyDecoder (no set_rope_scaling); its weights are untouched and restored on exit.
+    """
+    if getattr(model, "pos", None) != "rope" or model.rope_scaling is not None:
+        raise ValueError("model must be a TinyDecoder with pos='rope' and no set_rope_scaling (undo it with "
+                         f"set_rope_scaling()); got pos={getattr(model, 'pos', None)!r}, "
+                         f"rope_scaling={getattr(model, 'rope_scaling', None)}")
+    factor = _checks.positive_float("factor", factor)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1 (PI divides theta_i by it); got {factor}")
+    dh = model.d_model // model.num_heads
+    for i in pairs:
+        if not 0 <= i < dh // 2:
+            raise ValueError(f"pairs must be in 0 .. Dh/2 - 1 = {dh // 2 - 1}; got {i}")
+    divide = torch.ones(dh // 2, dtype=torch.float64)  # (Dh/2,)
+    divide[list(pairs)] = factor
+    arguments = {"frequencies": rope_frequencies(dh, dtype=torch.float64) / divide}  # (Dh/2,) theta'_i
+    for block in model.blocks:
+        block.attn.rope_arguments = lambda t, arguments=arguments: arguments  # shadows the method
+    try:
+        yield model
+    finally:
+        for block in model.blocks:
+            del block.attn.rope_arguments
 
 
 def ranges(train_length: int) -> dict[str, tuple[int, int]]:
