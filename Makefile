@@ -1,10 +1,12 @@
 # The course's two commands: `make lab` opens it, `make test` checks all of it.
-# Both create .venv on first use and reinstall when pyproject.toml changes.
+# Both create .venv on first use and reinstall when pyproject.toml or requirements.lock changes:
+# the course's exact pins are in requirements.lock (pyproject.toml states the library's ranges).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCK   := requirements.lock
 PORT   ?= 8888
 NBVAL  := --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
@@ -19,14 +21,15 @@ help:
 	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
 	@echo "make book         build the course website into _build/book/html (EXECUTE=1 reruns the lessons first)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[dev,book]"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[course,dev,book]"
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
-# jupyter-config/ hides nbgrader's menus from learners (nbgrader is only a dev dependency).
+# jupyter-config/ hides nbgrader's menus from learners (nbgrader is only a dev dependency) and
+# JupyterLab's news prompt; nothing asks the internet for news or updates (lab/settings/overrides.json).
 # Token authentication stays on: open the link with ?token=... that JupyterLab prints.
 lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-config" $(BIN)/jupyter lab \
@@ -57,6 +60,7 @@ experiments: $(STAMP)
 	$(BIN)/python -m posenc_lesson.lab.experiments
 	$(BIN)/python -m posenc_lesson.lab.context_extension
 	$(BIN)/python -m posenc_lesson.lab.vision_lab
+	$(BIN)/python -m posenc_lesson.lab.lm_lab
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -1,17 +1,44 @@
 """The two ways to install the course agree, and the README tells the truth about them."""
 
+import json
+import os
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 
+import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _pyproject_pins():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return set(project["dependencies"]).union(*project["optional-dependencies"].values())
+LOCK = ROOT / "requirements.lock"
+PIN = re.compile(r"[A-Za-z0-9_.\-]+==[0-9][0-9A-Za-z.+]*")
+# what importing and using the library needs; JupyterLab and the rest come with the course extra
+RUNTIME = {"torch", "numpy", "tqdm"}
+COURSE = {"matplotlib", "ipywidgets", "ipykernel", "jupyterlab", "nbformat", "nbclient"}
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _pyproject_requirements() -> list[str]:
+    project = _pyproject()
+    return list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values()
+                                            for r in extra]
+
+
+def _lock_pins() -> set[str]:
+    lines = (line.split("#")[0].strip() for line in LOCK.read_text().splitlines())
+    return {line for line in lines if line}
 
 
 def _environment_pins():
@@ -20,17 +47,191 @@ def _environment_pins():
     return set(pip)
 
 
-def test_environment_yml_and_pyproject_pin_the_same_packages():
-    assert _environment_pins() == _pyproject_pins()
+def test_environment_yml_pins_what_the_lock_pins():
+    assert _environment_pins() == _lock_pins()
 
 
-def test_every_dependency_is_pinned_exactly():
-    for req in _pyproject_pins():
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][0-9A-Za-z.+]*", req), req
+def test_the_lock_pins_every_package_exactly():
+    for pin in _lock_pins():
+        assert PIN.fullmatch(pin), f"requirements.lock: {pin!r} is not an exact pin (name==version)"
+
+
+def test_the_lock_pins_every_package_pyproject_names():
+    assert sorted(_name(p) for p in _lock_pins()) == sorted(_name(r) for r in _pyproject_requirements())
+
+
+def test_pyprojects_ranges_admit_the_locks_versions():
+    from packaging.requirements import Requirement
+
+    locked = {_name(p): p.split("==")[1] for p in _lock_pins()}
+    for text in _pyproject_requirements():
+        requirement = Requirement(text)
+        assert requirement.specifier.contains(locked[_name(text)]), (text, locked[_name(text)])
+
+
+def test_the_library_states_ranges_not_pins():
+    """An engineer's own torch and numpy stay: every requirement is a range with a lower bound."""
+    from packaging.requirements import Requirement
+
+    for text in _pyproject_requirements():
+        specs = {s.operator for s in Requirement(text).specifier}
+        assert "==" not in specs and "===" not in specs, f"pyproject.toml pins {text!r}: pin it in the lock"
+        assert ">=" in specs, f"pyproject.toml: {text!r} needs a lower bound (the oldest version tested)"
+
+
+def test_the_library_needs_only_torch_numpy_and_tqdm():
+    project = _pyproject()
+    assert {_name(r) for r in project["dependencies"]} == RUNTIME
+    assert {_name(r) for r in project["optional-dependencies"]["course"]} == COURSE
 
 
 def test_torch_pin_installs_the_local_cpu_build():
-    assert "torch==2.13.0" in _pyproject_pins()
+    from packaging.requirements import Requirement
+
+    assert "torch==2.13.0" in _lock_pins()
+    torch = next(Requirement(r) for r in _pyproject()["dependencies"] if _name(r) == "torch")
+    assert torch.specifier.contains("2.13.0") and not torch.specifier.contains("2.12.1")
+
+
+def test_make_installs_the_course_from_the_lock():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "LOCK   := requirements.lock" in makefile
+    assert "$(STAMP): pyproject.toml $(LOCK)\n" in makefile  # a new pin reinstalls
+    assert '-m pip install --quiet -c $(LOCK) -e ".[course,dev,book]"' in makefile
+
+
+# what the course's extra brings; importing the library must need none of it
+COURSE_MODULES = ("matplotlib", "jupyterlab", "jupyter_server", "ipywidgets", "ipykernel", "IPython",
+                  "nbformat", "nbclient", "jupyter_client")
+WITHOUT_THE_COURSE = f"""
+import sys
+for name in {COURSE_MODULES!r}:
+    sys.modules[name] = None  # `import name` now fails, as if it were not installed
+import posenc_lesson, posenc_lesson.lab.train, posenc_lesson.lab.experiments, posenc_lesson.tasks
+"""
+# a smoke test of the installed library: RoPE turns pairs (lengths kept, position 0 untouched, the
+# score depends on the offset only), the sinusoidal table, and one forward pass of the lab's model
+SMOKE = WITHOUT_THE_COURSE + """
+import torch
+import posenc_lesson as pl
+
+torch.manual_seed(0)
+x = torch.randn(1, 2, 6, 8)  # (B, H, T, Dh)
+y = pl.apply_rope(x)
+assert y.shape == x.shape and y.dtype == x.dtype
+torch.testing.assert_close(y[:, :, 0], x[:, :, 0])
+torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
+q, k = torch.randn(1, 8), torch.randn(1, 8)
+score = lambda m, n: (pl.apply_rope(q, torch.tensor([m])) * pl.apply_rope(k, torch.tensor([n]))).sum()
+torch.testing.assert_close(score(5, 2), score(13, 10))
+assert pl.get_sinusoidal_encoding(16, 8).shape == (1, 16, 8)
+tokens, _ = pl.copy_batch(2, 4, vocab_size=10, generator=torch.Generator().manual_seed(0))
+logits = pl.TinyDecoder(vocab_size=12, d_model=16, num_heads=2, num_layers=1, max_len=32, pos="rope")(tokens)
+assert logits.shape[:2] == tokens.shape
+print("smoke ok")
+"""
+
+
+def test_importing_the_library_needs_neither_jupyterlab_nor_matplotlib():
+    run = subprocess.run([sys.executable, "-c", WITHOUT_THE_COURSE], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def _lower_bound(name: str) -> str:
+    from packaging.requirements import Requirement
+
+    project = _pyproject()
+    for text in project["dependencies"] + project["optional-dependencies"]["course"]:
+        if _name(text) == name:
+            return next(s.version for s in Requirement(text).specifier if s.operator == ">=")
+    raise KeyError(name)
+
+
+def _local_package_sources() -> list[str]:
+    """pip options that reach only this machine's disk: the file:// indexes and find-links folders
+    pip is configured with here. Nothing is downloaded at test time."""
+    config = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    indexes, links = [], []
+    for line in config.stdout.splitlines():
+        key, _, value = line.partition("=")
+        for item in value.strip("'\"").split():
+            local = item.startswith("file://") or item.startswith("/")
+            if not local or not pathlib.Path(item.removeprefix("file://")).exists():
+                continue
+            if key.endswith("index-url") and item not in indexes:
+                indexes.append(item)
+            elif key.endswith("find-links") and item not in links:
+                links.append(item)
+    if not indexes and not links:
+        return []
+    options = ["--index-url", indexes[0]] if indexes else ["--no-index"]
+    for index in indexes[1:]:
+        options += ["--extra-index-url", index]
+    for folder in links:
+        options += ["--find-links", folder]
+    return options
+
+
+def _pip(python: pathlib.Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull  # only the local sources given here
+    run = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (args, run.stdout[-2000:], run.stderr[-3000:])
+    return run.stdout
+
+
+def _versions(python: pathlib.Path, names) -> dict[str, str]:
+    code = ("import importlib.metadata as m, json; "
+            f"print(json.dumps({{n: m.version(n) for n in {list(names)!r}}}))")
+    return json.loads(subprocess.check_output([str(python), "-c", code], text=True))
+
+
+@pytest.fixture(scope="session")
+def foreign_env(tmp_path_factory):
+    """A fresh virtual environment that already holds torch 2.13.0 (the one here) and numpy and
+    matplotlib at other versions than the lock's: pyproject's lower bounds, the oldest tested."""
+    sources = _local_package_sources()
+    if not sources:
+        pytest.skip("no local package index or wheel folder configured for pip: this test installs offline")
+    venv = tmp_path_factory.mktemp("foreign") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    held = {"torch": "2.13.0", "numpy": _lower_bound("numpy"), "matplotlib": _lower_bound("matplotlib")}
+    locked = {_name(p): p.split("==")[1] for p in _lock_pins()}
+    assert held["numpy"] != locked["numpy"] and held["matplotlib"] != locked["matplotlib"]
+    _pip(python, "install", "--quiet", "--no-compile", *sources,
+         *(f"{name}=={version}" for name, version in held.items()))
+    return python, sources, held
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_beside_other_numpy_and_matplotlib_and_keeps_them(foreign_env, tmp_path):
+    python, sources, held = foreign_env
+    before = _versions(python, held)
+    assert {n: v.split("+")[0] for n, v in before.items()} == held
+    # the wheel, built offline from a copy of the sources (the build writes nothing into the tree)
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "posenc_lesson", src / "posenc_lesson",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    _pip(pathlib.Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--wheel-dir", str(tmp_path / "dist"), str(src))
+    (wheel,) = (tmp_path / "dist").glob("posenc_lesson-*.whl")
+    installed = _pip(python, "install", "--no-compile", *sources, str(wheel))
+    assert _versions(python, held) == before, installed  # torch, numpy and matplotlib stay as they were
+    replaced = re.search(r"Installing collected packages:.*\b(torch|numpy|matplotlib)\b", installed)
+    assert not replaced, installed
+    # importing needs no JupyterLab (absent here) nor matplotlib (hidden); the smoke test runs
+    run = subprocess.run([str(python), "-c", SMOKE], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert run.returncode == 0 and "smoke ok" in run.stdout, run.stderr[-3000:]
+    # and the lessons' figure helpers work with this older matplotlib (and numpy)
+    figure = ("import matplotlib; matplotlib.use('Agg'); import numpy as np; from posenc_lesson import viz; "
+              "viz.setup(); viz.heatmap(np.eye(3), title='t', xlabel='x', ylabel='y', cbar_label='c')")
+    subprocess.run([str(python), "-c", figure], check=True, cwd=tmp_path, timeout=300)
 
 
 def test_environment_yml_names_the_course_environment():
