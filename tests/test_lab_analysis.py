@@ -191,3 +191,32 @@ def test_every_scheme_runs_through_the_grid():
         rows = analysis.accuracy_grid(model, [2, 4], vocab_size=VOCAB, starts=(0, 3), max_position=19,
                                       batch_size=4, batches=1)
         assert len(rows) == 2 * (2 + 4) and all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
+def test_logits_at_positions_is_the_model_when_positions_are_its_own(pos):
+    """positions = start + arange(T) gives exactly model(tokens, start=start); moving one token changes
+    the logits (so a cell can move SEP or BOS alone)."""
+    torch.manual_seed(0)
+    model = TinyDecoder(VOCAB, d_model=16, num_heads=2, num_layers=2, pos=pos, max_len=40).eval()
+    tokens, _ = batch(5, b=4)
+    t = tokens.shape[1]
+    for start in (0, 3):
+        got = analysis.logits_at_positions(model, tokens, start + torch.arange(t))
+        torch.testing.assert_close(got, model(tokens, start=start))
+    moved = torch.arange(t)
+    moved[5 + 1] += 2  # SEP alone, two rows later
+    assert not torch.allclose(analysis.logits_at_positions(model, tokens, moved), model(tokens))
+
+
+def test_logits_at_positions_refuses_what_it_cannot_do():
+    torch.manual_seed(0)
+    tokens, _ = batch(3, b=2)
+    rope = TinyDecoder(VOCAB, d_model=16, num_heads=2, num_layers=1, pos="rope")
+    with pytest.raises(ValueError, match="pos='sinusoidal' or 'learned'"):
+        analysis.logits_at_positions(rope, tokens, torch.arange(tokens.shape[1]))
+    learned = TinyDecoder(VOCAB, d_model=16, num_heads=2, num_layers=1, pos="learned", max_len=10)
+    with pytest.raises(ValueError, match="max_len=10"):
+        analysis.logits_at_positions(learned, tokens, torch.arange(tokens.shape[1]) + 5)
+    with pytest.raises(ValueError, match="positions must be"):
+        analysis.logits_at_positions(learned, tokens, torch.arange(3))

@@ -21,6 +21,7 @@ Functions:
     attention_by_offset(weights, n)             each head's attention mass at each query-key offset
     range_excess(table, seen)                   how far a table's rows leave their training range
     rope_pairs_ablated(model, pairs, layers)    RoPE channel pairs switched off in q and k (a context)
+    logits_at_positions(model, tokens, positions)  an absolute model with each token at a row of your choice
 
 Taught in notebooks/08_length_extrapolation.ipynb.
 """
@@ -37,7 +38,8 @@ from .. import _checks
 from .copy_task import copy_batch
 
 __all__ = ["CELLS", "accuracy_grid", "attention_by_offset", "cell", "cell_means", "copied_from",
-           "copy_accuracy_by_position", "copy_length", "range_excess", "rope_pairs_ablated"]
+           "copy_accuracy_by_position", "copy_length", "logits_at_positions", "range_excess",
+           "rope_pairs_ablated"]
 
 
 def copy_length(tokens: Tensor) -> int:
@@ -246,3 +248,40 @@ def rope_pairs_ablated(model: nn.Module, pairs: tuple[int, ...] | list[int], *,
     finally:
         for hook in hooks:
             hook.remove()
+
+
+@torch.no_grad()
+def logits_at_positions(model: nn.Module, tokens: Tensor, positions: Tensor) -> Tensor:
+    """Logits of an absolute-position TinyDecoder with token t placed at row ``positions[t]``.
+
+        x_t = E[token_t] + P[positions[t]]        (the rest of the forward unchanged)
+
+    ``model(tokens, start=s)`` is positions = s + arange(T); here one token can be moved alone
+    (SEP, or BOS), so a cell can ask which absolute places a trained copy reads.
+
+    Args:
+        model: a TinyDecoder with pos "sinusoidal" or "learned".
+        tokens: (B, T) integer token ids.
+        positions: (T,) non-negative integer rows (below max_len for "learned").
+    Returns:
+        (B, T, vocab_size) logits.
+    """
+    if getattr(model, "pos", None) not in ("sinusoidal", "learned"):
+        raise ValueError(f"model must be a TinyDecoder with pos='sinusoidal' or 'learned' (positions enter "
+                         f"only there); got pos={getattr(model, 'pos', None)!r}")
+    _checks.tensor("tokens", tokens, 2, "(B, T)")
+    if (positions.dim() != 1 or positions.shape[0] != tokens.shape[1] or torch.is_floating_point(positions)
+            or bool((positions < 0).any())):
+        raise ValueError(f"positions must be a (T,) = ({tokens.shape[1]},) tensor of non-negative ints, one "
+                         f"row per token; got shape {tuple(positions.shape)}, dtype {positions.dtype}")
+    if model.pos == "learned":
+        if int(positions.max()) >= model.max_len:
+            raise ValueError(f"positions must be below max_len={model.max_len} (the learned table's rows); "
+                             f"got {int(positions.max())}")
+        rows = model.pos_embed.table[positions]  # (T, D)
+    else:
+        rows = model._sinusoidal(int(positions.max()) + 1)[0, positions]  # (T, D)
+    x = model.drop(model.embed(tokens) + rows)  # (B, T, D)
+    for block in model.blocks:
+        x, _ = block(x, None)  # (B, T, D)
+    return model.head(model.ln_f(x))  # (B, T, vocab_size)
