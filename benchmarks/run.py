@@ -328,6 +328,21 @@ def bench_notebooks(args, log) -> list[dict]:
     return rows
 
 
+def bench_lm_lab(args, log) -> dict:
+    """Lesson 10's language lab: its FAST setting timed here; the full lab's CPU seconds from its CSV."""
+    from posenc_lesson.lab import lm_lab
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    lm_lab.run_lm_lab(lm_lab.FAST, progress=False)
+    out = {"fast_wall_s": time.perf_counter() - wall, "fast_cpu_s": time.process_time() - cpu}
+    if lm_lab.TIMING_CSV.exists():
+        timing = lm_lab.read_timing_csv()
+        out["full_job_cpu_s"] = sum(r["value"] for r in timing if r["metric"] == "job_cpu_s")
+        out["full_models"] = len({(r["scheme"], r["seed"]) for r in timing})
+    log(f"language lab (lesson 10): FAST {out['fast_wall_s']:.1f} s wall, {out['fast_cpu_s']:.1f} s CPU")
+    return out
+
+
 # ---- 5. grading ------------------------------------------------------------------------------
 
 NBGRADER_CONFIG = """\
@@ -559,6 +574,16 @@ def write_report(res: dict, path: Path) -> None:
             w("`make test`: not measured (put `{\"make_test_s\": …, \"how\": …}` in "
               "benchmarks/measured.json).\n")
 
+    lm = res.get("lm_lab")
+    if lm is not None:
+        w(f"**Lesson 10's language lab** (`posenc_lesson/lab/lm_lab.py`): its FAST setting (7 models) "
+          f"{lm['fast_wall_s']:.1f} s wall, {lm['fast_cpu_s']:.1f} s CPU here.")
+        if "full_job_cpu_s" in lm:
+            w(f"The full lab ({lm['full_models']} models, `make experiments`) took "
+              f"{lm['full_job_cpu_s']:.0f} CPU seconds when its CSV was written (`notebooks/10_timing.csv`): "
+              f"{lm['full_job_cpu_s'] / 2 / 60:.1f} min on 2 idle cores.")
+        w("")
+
     grading = res.get("grading")
     if grading is not None:
         w("## 5. Grading\n")
@@ -685,7 +710,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="timing rounds per row (default 11, quick 5)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip", default="", help="comma list of sections to skip: "
-                        "rope,alibi,sinusoidal,notebooks,grading")
+                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading")
     parser.add_argument("--measured", type=Path, default=HERE / "measured.json",
                         help="JSON with make_test_s and how (measured outside this script)")
     parser.add_argument("--out", type=Path, default=HERE / "README.md")
@@ -693,7 +718,7 @@ def main() -> None:
     args.rounds = args.rounds or (5 if args.quick else 11)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:
-        skip |= {"notebooks", "grading"}
+        skip |= {"notebooks", "lm_lab", "grading"}
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -715,6 +740,8 @@ def main() -> None:
         res["notebooks"] = bench_notebooks(args, log)
         if args.measured.exists():
             res["measured"] = json.loads(args.measured.read_text())
+    if "lm_lab" not in skip:
+        res["lm_lab"] = bench_lm_lab(args, log)
     if "grading" not in skip:
         res["grading"] = bench_grading(args, log)
     res["machine"] = machine()
