@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,19 @@ REPO2DOCKER = Path(sys.executable).with_name("jupyter-repo2docker")
 LESSON_00 = "/lab/tree/notebooks/00_welcome.ipynb"
 
 
+def _locked() -> dict[str, str]:
+    """The course's exact pins, name -> version, from requirements.lock."""
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
 def _torch_pin() -> str:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    torch = next(d for d in deps if re.match(r"torch\s*[=<>~!]", d))
-    return re.search(r"[0-9][0-9.]*", torch.split("=")[-1]).group(0)
+    return _locked()["torch"]
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +62,16 @@ def test_binder_requirements_install_cpu_torch_then_the_course():
     lines = [ln.split("#")[0].strip() for ln in (BINDER / "requirements.txt").read_text().splitlines()]
     lines = [ln for ln in lines if ln]
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
-    # the CPU build of exactly the version the course pins (torch==X satisfied by X+cpu)
+    # the CPU build of exactly the version the course pins (torch==X satisfied by X+cpu), and
+    # every other package at the course's pin (-c: the lock, relative to binder/)
     assert f"torch=={_torch_pin()}+cpu" in lines
-    # the course itself, installed (not -e: a hub's home volume hides the image's checkout)
-    assert "." in lines and "-e ." not in lines
-    assert lines.index(f"torch=={_torch_pin()}+cpu") < lines.index(".")
-    # nbgitpuller must be in the single-user image for the hub's pull links
-    assert any(ln.startswith("nbgitpuller==") for ln in lines)
+    assert "-c ../requirements.lock" in lines
+    # the course itself with its JupyterLab extra, installed (not -e: a hub's home volume hides
+    # the image's checkout)
+    assert ".[course]" in lines and not any(ln.startswith("-e") for ln in lines)
+    assert lines.index(f"torch=={_torch_pin()}+cpu") < lines.index(".[course]")
+    # nbgitpuller must be in the single-user image for the hub's pull links; the lock pins it
+    assert "nbgitpuller" in lines and "nbgitpuller" in _locked()
 
 
 def test_binder_image_leaves_out_solutions_and_local_builds():
