@@ -10,6 +10,8 @@ posenc_lesson/            the math: one concept per module, pure tensor function
     rope         rotary position embedding, both channel layouts, partial rotary
     rope_scaling stretching RoPE: position interpolation, NTK, dynamic NTK, YaRN, Llama 3.1
     alibi        ALiBi slopes and bias
+    field_guide  describe_positions: which position scheme a config.json describes, layer by layer
+                 (the family table in field_guide_families; posenc-describe)
     multi_axis   position on a grid: the 2-D sin-cos table, axial RoPE
     mrope        multimodal RoPE (Qwen2-VL, Qwen3-VL): three position streams, chunked or interleaved
     viz          figure helpers for the lessons (the math modules never plot)
@@ -47,6 +49,7 @@ pairs are indexed by a 0-based i.
 
 from .alibi import alibi_bias, alibi_slopes
 from .attention import causal_mask, scaled_dot_product_attention
+from .field_guide import PositionSpec, describe_positions
 from .lab.copy_task import copy_batch
 from .lab.model import SCHEMES, TinyDecoder
 from .learned import LearnedPositionalEmbedding
@@ -79,6 +82,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LearnedPositionalEmbedding",
+    "PositionSpec",
     "SCALING_METHODS",
     "SCHEMES",
     "ShawRelativePositions",
@@ -92,6 +96,7 @@ __all__ = [
     "causal_mask",
     "convert_rope_weight",
     "copy_batch",
+    "describe_positions",
     "get_sinusoidal_encoding",
     "mrope_positions",
     "relative_positions",
