@@ -96,7 +96,7 @@ def run(
             m = alibi_slopes(attn.num_heads) if slopes is None else slopes  # (H,)
             distance = (pos[:, :, None] - pos[:, None, :]).abs().float()  # (B, T, T)
             bias = -m[None, :, None, None] * distance[:, None]  # (B, H, T, T)
-        elif model.pos != "none":
+        elif model.pos not in ("none", "learned"):
             raise ValueError(
                 f"run supports the 'rope', 'alibi', 'learned' and 'none' models; got {model.pos!r}"
             )
