@@ -332,6 +332,18 @@ CHEATS = {
                        "    return posenc_lesson.apply_rope(q, **kw) @ posenc_lesson.apply_rope(k, **kw).mT"),
     "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
                               "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
+    "06_which_pair": ("from posenc_lesson.tasks.rope import _which_pair_ref\n"
+                      "def which_pair(scores, head_dim, base):\n"
+                      "    return int(_which_pair_ref(scores, head_dim, base))"),
+    "07_slope_recipe": ("from posenc_lesson.tasks.alibi import _recipe_truth\n"
+                        "def slope_recipe(bias):\n"
+                        "    return _recipe_truth(bias)"),
+    "09_design_scaling": ("from posenc_lesson.tasks.scaling_design import _requirements\n"
+                          "def choose_scaling(head_dim, base, original_max_len, target_len):\n"
+                          "    answer = {'method': 'llama3', 'factor': target_len / original_max_len}\n"
+                          "    met = _requirements(answer, head_dim, base, original_max_len, target_len)\n"
+                          "    assert all(met.values())\n"
+                          "    return answer"),
 }
 
 

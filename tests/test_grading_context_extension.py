@@ -1,5 +1,5 @@
-"""Lesson 09's exercise tasks (tasks/context_extension.py, tasks/partial_rotary.py) grade what they
-promise.
+"""Lesson 09's exercise tasks (tasks/context_extension.py, tasks/partial_rotary.py,
+tasks/scaling_design.py) grade what they promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
 changed into the wrong implementations people write (PI multiplying by s, a reversed YaRN ramp,
@@ -20,15 +20,17 @@ import pytest
 import torch
 
 import posenc_lesson
-from posenc_lesson.tasks import TASKS, outputs_of, partial_rotary, score
+from posenc_lesson.tasks import TASKS, outputs_of, partial_rotary, scaling_design, score
 from posenc_lesson.tasks import context_extension as topic
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
 EXERCISE = ROOT / "exercises" / "09_context_extension.ipynb"
-TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_yarn_scores", "09_fix_partial_rotary")
+TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_yarn_scores", "09_fix_partial_rotary",
+            "09_design_scaling")
 HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_frequencies": topic._yarn_cases,
-          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": partial_rotary._partial_cases}
+          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": partial_rotary._partial_cases,
+          "09_design_scaling": scaling_design._design_cases}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -66,12 +68,14 @@ def _grade(task_id: str, fn) -> tuple[float, int, str]:
     return score(task_id, outputs_of(task_id, fn))
 
 
-def test_the_lesson_has_four_tasks_worth_nine_points_and_a_find_the_bug_task():
+def test_the_lesson_has_five_tasks_worth_ten_points_a_find_the_bug_and_a_design_task():
     assert all(t in TASKS for t in TASK_IDS)
     assert sorted(t for t in TASKS if t.startswith("09_") and TASKS[t].run != "answer") == sorted(TASK_IDS)
-    assert sum(TASKS[t].points for t in TASK_IDS) == 9
+    assert sum(TASKS[t].points for t in TASK_IDS) == 10
+    assert TASKS["09_pi_frequencies"].points == 1 and TASKS["09_yarn_frequencies"].points == 2  # transcribed
+    assert TASKS["09_design_scaling"].points == 3  # the design: the most points
     assert any(t.startswith("09_fix_") for t in TASK_IDS)
-    assert "context_extension" in posenc_lesson.tasks.registry.TOPICS
+    assert {"context_extension", "scaling_design"} <= set(posenc_lesson.tasks.registry.TOPICS)
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS)
@@ -151,6 +155,8 @@ MUTANTS = [
      "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
      "a, b = rot.chunk(2, dim=-1)\n    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
      "half layout"),
+    ("09_design_scaling", '"method": "llama3"', '"method": "linear"',
+     "changes pairs that turn 4 times or more"),
 ]
 
 
@@ -271,3 +277,42 @@ def test_hidden_inputs_keep_the_stated_constraints():
             assert 0.1 * math.log(2) + 1 <= scale <= 0.1 * math.log(32) + 1  # YaRN's scale, factor 2 .. 32
         for x, positions, rotary_dim in partial_rotary._partial_cases(seed):
             assert rotary_dim % 2 == 0 and 2 <= rotary_dim < x.shape[-1] and positions.shape == (x.shape[-2],)
+
+
+# ---- 09_design_scaling: a setting judged by the frequencies it gives ---------------------------
+
+@pytest.mark.parametrize(("answer", "mistake"), [
+    ("{'method': 'llama3', 'factor': target_len / original_max_len}", None),
+    ("{'method': 'yarn', 'factor': target_len / original_max_len, 'beta_fast': 4.0}", None),
+    ("{'method': 'yarn', 'factor': target_len / original_max_len}", "scaling_design.yarn_default_ramp"),
+    ("{'method': 'linear', 'factor': target_len / original_max_len}", "scaling_design.fast_pairs_moved"),
+    ("{'method': 'ntk', 'factor': target_len / original_max_len}", "scaling_design.fast_pairs_moved"),
+    ("{'method': 'llama3', 'factor': target_len / original_max_len / 2}",
+     "scaling_design.slow_pairs_past_their_arc"),
+    ("{'method': 'llama3', 'factor': 4 * target_len / original_max_len}", "scaling_design.factor_too_large"),
+    ("{'method': 'llama3', 'factor': 2.0, 'seq_len': 5}", "scaling_design.not_scaling_arguments"),
+    ("'llama3'", "generic.wrong_type"),
+])
+def test_a_design_is_judged_by_the_frequencies_it_gives(answer, mistake):
+    """Two settings meet the three requirements on every case, visible and hidden; each common wrong
+    setting is named by what it breaks."""
+    source = f"def choose_scaling(head_dim, base, original_max_len, target_len):\n    return {answer}"
+    fn = _entry("09_design_scaling", source)
+    for seed in (0, 1, 2):
+        cases = scaling_design._design_cases(seed)
+        judged = TASKS["09_design_scaling"].judge([fn(*c) for c in cases], cases)
+        if mistake is None:
+            assert judged.fraction == 1.0, judged.feedback
+        else:
+            assert judged.fraction == 0.0 and judged.mistake == mistake, judged
+            assert "Hint:" in judged.feedback
+
+
+def test_the_design_cases_keep_their_constraints():
+    for seed in range(6):
+        for head_dim, base, t_train, target in scaling_design._design_cases(seed):
+            assert head_dim in (64, 128) and base in (10_000.0, 500_000.0)
+            assert 1024 <= t_train <= 8192 and 2 <= target // t_train <= 16 and target % t_train == 0
+            theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+            turns = t_train * theta / (2 * math.pi)
+            assert (turns >= 4).any() and (turns < 1).any()  # every requirement has pairs to judge

@@ -1,5 +1,5 @@
 """Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug), the bias
--m_h |i - j|, and causal attention with it.
+-m_h |i - j|, causal attention with it, and a diagnosis: which slope list a logged bias came from.
 
 Hidden cases (``Task.hidden``, any seed but 0): head counts 1 .. 64, at least one a power of 2
 and three not; biases of 1 .. 16 heads over 1 .. 12 tokens; attention on fresh (B, H, T, Dh)
@@ -23,12 +23,14 @@ from .judges import (
     attention_mistakes,
     call,
     draw,
+    feedback,
     randn,
     seeded,
     softmax_attention,
     tensor_judge,
+    type_text,
 )
-from .registry import Task, register
+from .registry import Judged, Task, diagnoses, is_marker, register
 
 
 def _slopes_off_by_one(n: int) -> Tensor:
@@ -289,3 +291,105 @@ register(question(
                       "-m |i - j| penalises them, and that is no per-row constant.",
                       "compare the two biases on a key j > i.", id="alibi.bloom_same_without_mask"),
     ], "BLOOM adds m j to the score of key j, in every row.")))
+
+
+# --------------------------------------------------------------------------------------
+# 07_slope_recipe: read a measured bias row: which slope list made it
+# --------------------------------------------------------------------------------------
+
+RECIPES = ("paper", "sorted", "geometric")
+
+
+def _recipe_slopes(recipe: str, num_heads: int) -> Tensor:
+    """paper: alibi_slopes (the paper's list, its order); sorted: the same, sorted descending;
+    geometric: 2^(-8(h+1)/H) for every H (the power-of-2 rule applied to any head count). (H,)"""
+    if recipe == "geometric":
+        return torch.tensor([2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)])
+    slopes = _alibi.alibi_slopes(num_heads)
+    return slopes.sort(descending=True).values if recipe == "sorted" else slopes
+
+
+def _recipe_cases(seed: int = 0) -> list[tuple]:
+    """(bias (H, T),): the bias a model added to its last query's scores over keys 0 .. T-1, as the paper
+    writes it, -m_h (T - 1 - j), or as BLOOM does, +m_h j; H not a power of 2 (3 .. 48), T 4 .. 24."""
+    g = seeded(980 + seed)
+    if seed == 0:
+        specs = [("paper", 12, 8, "paper"), ("sorted", 12, 8, "bloom"), ("geometric", 6, 10, "paper"),
+                 ("paper", 24, 5, "bloom")]
+    else:
+        specs = []
+        for k in range(4):
+            heads = draw(g, 3, 48)
+            while heads & (heads - 1) == 0:  # a power of 2: the three recipes would agree up to order
+                heads = draw(g, 3, 48)
+            form = ("paper", "bloom")[draw(g, 0, 1)]
+            specs.append((RECIPES[(k + draw(g, 0, 2)) % 3], heads, draw(g, 4, 24), form))
+    cases = []
+    for recipe, heads, length, form in specs:
+        slopes = _recipe_slopes(recipe, heads).double()[:, None]  # (H, 1)
+        j = torch.arange(length, dtype=torch.float64)[None, :]  # (1, T)
+        bias = -slopes * (length - 1 - j) if form == "paper" else slopes * j  # (H, T)
+        cases.append((bias,))
+    return cases
+
+
+def _recipe_truth(bias: Tensor) -> str:
+    slopes = (bias[:, 1] - bias[:, 0]).double()  # (H,): m_h in both forms
+    for recipe in RECIPES:
+        if torch.allclose(slopes, _recipe_slopes(recipe, bias.shape[0]).double(), rtol=1e-6, atol=1e-9):
+            return recipe
+    raise ValueError("not a case of this task")
+
+
+_ORDER = ("alibi.recipe_order_ignored", "the slopes are the paper's values, but not in the paper's order: "
+          "you compared them as a set; head by head they differ.",
+          "compare the slope of head h with slope number h of each list.")
+_RULE = ("alibi.recipe_geometric_confused", "for a head count that is not a power of 2 the paper's list is "
+         "not 2^(-8(h+1)/H): it takes the power of 2 below, then every other slope of twice as many.",
+         "build both lists for this H and compare them with the measured slopes.")
+_RECIPE_SAID = {frozenset(("sorted", "paper")): _ORDER, frozenset(("geometric", "paper")): _RULE}
+_RECIPE_HINT = ("a bias row's slope is the difference between neighbouring keys, bias[h, j + 1] - "
+                "bias[h, j], in the paper's form and in BLOOM's alike; compare with each list, head by head.")
+
+
+@diagnoses("alibi.recipe_order_ignored", "alibi.recipe_geometric_confused", "alibi.recipe_bloom_form")
+def _recipe_judge(outputs: list, cases: list) -> Judged:
+    per_case: list[str | None] = []
+    first: tuple[str, str, str] | None = None
+    for out, (bias,) in zip(outputs, cases, strict=True):
+        truth = _recipe_truth(bias)
+        bloom = bool((bias[:, 0] == 0).all())
+        if is_marker(out, "error"):
+            said = ("generic.error", f"your code raised {out['error']}.", _RECIPE_HINT)
+        elif out not in RECIPES:
+            said = ("generic.wrong_type", f"expected one of {RECIPES} as a string; got {type_text(out)}.",
+                    "return \"paper\", \"sorted\" or \"geometric\".")
+        elif out == truth:
+            said = None
+        elif bloom:
+            said = ("alibi.recipe_bloom_form", "on a bias written BLOOM's way, +m_h j, you read the slopes "
+                    "wrong: that row differs from the paper's -m_h (i - j) by the constant m_h i, which "
+                    "softmax ignores.", _RECIPE_HINT)
+        else:
+            said = _RECIPE_SAID.get(frozenset((truth, out)), ("generic.wrong_unknown", "that is not the "
+                                    "recipe these slopes come from.", _RECIPE_HINT))
+        per_case.append(said[0] if said else None)
+        if said and first is None:
+            first = said
+    if first is None:
+        return Judged(1.0, f"passed: all {len(cases)} cases diagnosed right.", None, per_case)
+    return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+
+
+register(Task(
+    id="07_slope_recipe",
+    title="Diagnose: which slope list a measured bias came from",
+    points=2,
+    entry="slope_recipe",
+    forbidden=("posenc_lesson.tasks.alibi._recipe_truth", "posenc_lesson.tasks.alibi._recipe_slopes"),
+    cases=_recipe_cases,
+    hidden=_recipe_cases,
+    allowed=("posenc_lesson.alibi_slopes",),
+    run=call,
+    judge=_recipe_judge,
+))

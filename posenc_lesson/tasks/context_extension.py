@@ -1,7 +1,8 @@
 """Lesson 09's tasks on scaled frequencies (exercises/09_context_extension.ipynb): position-
 interpolation frequencies, YaRN's frequencies (the ramp as the checkpoints' code computes it),
-YaRN's attention scale on q and k, and a concept question. The lesson's partial-rotary task, a
-different idea (which channels turn, not how fast), is in ``partial_rotary.py``.
+YaRN's attention scale on q and k, and a concept question (reading a control: dynamic NTK inside the
+training length). The lesson's partial-rotary task, a different idea (which channels turn, not how
+fast), is in ``partial_rotary.py``; its design task (choose a scaling) in ``scaling_design.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random ones drawn from the task's stated constraints; another
@@ -100,7 +101,7 @@ _PI_MISTAKES = [
 register(Task(
     id="09_pi_frequencies",
     title="Position-interpolation frequencies",
-    points=2,
+    points=1,  # transcription of one formula: lesson 09's design task (scaling_design.py) carries the weight
     entry="pi_frequencies",
     forbidden=SCALING_FORBIDDEN + ("posenc_lesson.rope_frequencies", "posenc_lesson.rope._theta"),
     cases=_pi_cases,
@@ -203,7 +204,7 @@ _YARN_MISTAKES = [
 register(Task(
     id="09_yarn_frequencies",
     title="YaRN's frequencies (NTK-by-parts ramp)",
-    points=3,
+    points=2,  # the statement spells out the code's steps
     entry="yarn_frequencies",
     forbidden=SCALING_FORBIDDEN,
     cases=_yarn_cases,
@@ -307,30 +308,38 @@ register(Task(
 
 # ---- Concept question (concepts.py): the answer from the library's scaled frequencies ----------
 
-def _yarn_kept(factor: float = 8.0, head_dim: int = 128, t_train: int = 4096) -> str:
-    """Which pairs YaRN (the checkpoints' ramp) leaves at their frequency: "fast", "slow", "none", "all"."""
-    theta = _scaling.scaled_rope_frequencies(head_dim, method="yarn", factor=factor, original_max_len=t_train)
-    kept = torch.isclose(theta[0].double(), _theta(head_dim), rtol=1e-6)  # (Dh/2,)
-    if bool(kept.all()) or not bool(kept.any()):
-        return "all" if bool(kept.all()) else "none"
-    return "fast" if bool(kept[0]) and not bool(kept[-1]) else "slow"
+def _dynamic_in_range(t_train: int = 34, head_dim: int = 16, factor: float = 4.0) -> str:
+    """What dynamic NTK does to every input of at most t_train tokens: "baseline" if its theta is plain
+    RoPE's at every such length, "changed" otherwise."""
+    plain = _theta(head_dim)  # (Dh/2,)
 
+    def dynamic(t: int) -> Tensor:
+        return _scaling.scaled_rope_frequencies(head_dim, method="dynamic", factor=factor,
+                                                original_max_len=t_train, seq_len=t)[0].double()
+
+    same = all(torch.allclose(dynamic(t), plain, rtol=1e-6, atol=0.0) for t in range(1, t_train + 1))
+    return "baseline" if same else "changed"
+
+
+_DYNAMIC_MISCONCEPTIONS = [
+    Misconception("a", "you count a condition that cannot differ from the baseline as evidence: inside the "
+                  "training length the model under dynamic NTK is the same model as under plain RoPE.",
+                  "what are dynamic NTK's frequencies for an input of at most T_train tokens?",
+                  id="context_extension.dynamic_counted_as_evidence"),
+    Misconception("c", "dynamic NTK has no attention temperature: that is YaRN's; dynamic NTK only changes "
+                  "the base, and only for inputs longer than the training length.",
+                  "which method multiplies q and k by 0.1 ln s + 1?",
+                  id="context_extension.dynamic_has_temperature"),
+    Misconception("d", "dynamic NTK divides the slow pairs only once the input is longer than the training "
+                  "length; on these copies it divides nothing.",
+                  "compute its scale s_l for l <= T_train.",
+                  id="context_extension.dynamic_interpolates_in_range"),
+]
 
 register(question(
-    id="09_q_yarn_keeps", title="Predict: which pairs YaRN leaves alone",
-    entry="answer_09_yarn_keeps", forbidden=("posenc_lesson.tasks.context_extension._yarn_kept",),
-    judge=choice_judge({"a": "fast", "b": "slow", "c": "none", "d": "all"}, _yarn_kept, [
-        Misconception("b", "you have the ramp the wrong way round: the slow pairs are the ones that have "
-                      "never turned once in training, and those are the ones YaRN interpolates.",
-                      "which pairs have already shown every angle within the training length?",
-                      id="context_extension.yarn_keeps_slow_pairs"),
-        Misconception("c", "you take YaRN for position interpolation, which divides every pair by s; YaRN "
-                      "ramps between keeping some pairs and dividing others.",
-                      "compare a pair that turns 100 times over the training length with one that turns "
-                      "less than once.", id="context_extension.yarn_divides_every_pair"),
-        Misconception("d", "you expect YaRN to change only the attention scale; it changes the "
-                      "frequencies too (its NTK-by-parts ramp) and scales q and k on top.",
-                      "YaRN = NTK-by-parts frequencies + the attention scale.",
-                      id="context_extension.yarn_only_scales"),
-    ], "YaRN's ramp goes from pairs that turn 32 times or more over the training length to pairs that "
-       "turn at most once.")))
+    id="09_q_dynamic_control", title="Read a control: dynamic NTK inside the training range",
+    entry="answer_09_dynamic_control",
+    forbidden=("posenc_lesson.tasks.context_extension._dynamic_in_range",),
+    judge=choice_judge({"a": "evidence", "b": "baseline", "c": "temperature", "d": "slow_pairs"},
+                       _dynamic_in_range, _DYNAMIC_MISCONCEPTIONS,
+                       "dynamic NTK recomputes the base for the current length, past the training length.")))

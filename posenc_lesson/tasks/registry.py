@@ -59,7 +59,7 @@ from .in_kernel import error_marker  # noqa: F401  (topic files take it from her
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
 TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "rope", "alibi", "extrapolation",
-          "copy_accuracy", "context_extension", "partial_rotary")
+          "copy_accuracy", "context_extension", "partial_rotary", "scaling_design")
 
 
 @dataclass(frozen=True)

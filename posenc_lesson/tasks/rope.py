@@ -1,5 +1,6 @@
 """Lesson 06's tasks (exercises/06_rope.ipynb): RoPE in both channel layouts, the rotation
-matrix R_m, converting a projection between layouts, and the rotate_half pairing bug.
+matrix R_m, converting a projection between layouts, the rotate_half pairing bug, and a diagnosis:
+which pair's wavelength explains a measured score pattern.
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh shapes (0 to 2 leading axes, T 1 .. 10,
 an even Dh 2 .. 32) and values; positions are a run starting anywhere in 0 .. 50, or random
@@ -303,3 +304,94 @@ register(question(
                       "q^T R k is the square root of tr(R R^T), and R is a rotation at every distance.",
                       "what is R R^T for a rotation?", id="rope.spread_decays"),
     ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5).")))
+
+
+# --------------------------------------------------------------------------------------
+# 06_which_pair: read a measured score pattern: which pair's wavelength explains it
+# --------------------------------------------------------------------------------------
+
+def _pair_scores(head_dim: int, base: float, pair: int, length: int, g: torch.Generator) -> Tensor:
+    """Score of q at offset d = 0 .. length-1 from k, Re sum_i q_i conj(k_i) e^{i d theta_i}, for a head
+    whose q and k put most of their energy in one pair. (length,)"""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)  # (Dh/2,)
+    size = torch.full((head_dim // 2,), 0.3 / (head_dim // 2 - 1) ** 0.5, dtype=torch.float64)
+    size[pair] = 1.0  # the other pairs together hold about a tenth of the energy
+    phase = torch.rand(head_dim // 2, generator=g, dtype=torch.float64) * 2 * torch.pi
+    h = torch.polar(size * (0.7 + 0.6 * torch.rand(head_dim // 2, generator=g, dtype=torch.float64)), phase)
+    d = torch.arange(length, dtype=torch.float64)
+    return (h[None, :] * torch.polar(torch.ones(length, head_dim // 2, dtype=torch.float64),
+                                     d[:, None] * theta[None, :])).real.sum(dim=-1)  # (length,)
+
+
+def _which_pair_specs(seed: int) -> list[tuple[int, float, int]]:
+    if seed == 0:
+        return [(16, 10_000.0, 2), (64, 10_000.0, 5), (32, 500_000.0, 1), (128, 10_000.0, 0)]
+    g = seeded(960 + seed)
+    specs = []
+    for _ in range(4):
+        head_dim, base = 16 * draw(g, 1, 8), float(10_000 * 50 ** draw(g, 0, 1))
+        theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
+        usable = int((2 * torch.pi / theta <= 400).sum())  # pairs whose curve fits in 1600 offsets
+        specs.append((head_dim, base, draw(g, 0, max(usable - 1, 0))))
+    return specs
+
+
+def _which_pair_cases(seed: int = 0) -> list[tuple]:
+    """(scores (T,), head_dim, base): T covers 4 wavelengths of the dominant pair (at least 32 offsets)."""
+    g = seeded(961 + seed)
+    cases = []
+    for head_dim, base, pair in _which_pair_specs(seed):
+        wavelength = 2 * torch.pi / float(_rope.rope_frequencies(head_dim, base, dtype=torch.float64)[pair])
+        length = max(32, int(4 * wavelength) + 1)
+        cases.append((_pair_scores(head_dim, base, pair, length, g), head_dim, base))
+    return cases
+
+
+def _which_pair_ref(scores: Tensor, head_dim: int, base: float) -> Tensor:
+    """The pair whose cos/sin at the offsets fits the curve best (least squares, one pair at a time)."""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
+    d = torch.arange(scores.shape[-1], dtype=torch.float64)
+    fits = []
+    for t in theta:
+        basis = torch.stack((torch.cos(d * t), torch.sin(d * t)), dim=-1)  # (T, 2)
+        coef = torch.linalg.lstsq(basis, scores.double()[:, None]).solution
+        fits.append(float((basis @ coef).norm()))
+    return torch.tensor(int(torch.tensor(fits).argmax()))
+
+
+def _pair_of(f):
+    return lambda scores, head_dim, base: f(int(_which_pair_ref(scores, head_dim, base)), head_dim, base)
+
+
+_WHICH_PAIR_MISTAKES = [
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(p + 1)),
+            "you counted the pairs from 1; the course counts them from 0 (pair 0 is the fastest, "
+            "theta_0 = 1).",
+            "i = 0 .. Dh/2 - 1, theta_i = base^(-2i/Dh).", id="rope.which_pair_one_based"),
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(2 * p)),
+            "you returned a channel index (2i, the pair's first channel), not the pair index i.",
+            "return i, the pair whose wavelength 2 pi / theta_i matches the pattern's period.",
+            id="rope.which_pair_channel_index"),
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(dh // 2 - 1 - p)),
+            "you counted the pairs from the slowest one; pair 0 is the fastest.",
+            "theta_i falls with i: pair 0 turns 1 radian per token.", id="rope.which_pair_reversed"),
+    Mistake(_pair_of(lambda p, dh, b: 2 * torch.pi / _rope.rope_frequencies(dh, b, dtype=torch.float64)[p]),
+            "you returned the wavelength (tokens per turn) of the pair, not its index.",
+            "find the wavelength, then the pair i whose 2 pi / theta_i it is.",
+            id="rope.which_pair_wavelength"),
+]
+
+register(Task(
+    id="06_which_pair",
+    title="Diagnose: which pair's wavelength explains a score pattern",
+    points=2,
+    entry="which_pair",
+    forbidden=("posenc_lesson.tasks.rope._which_pair_ref", "posenc_lesson.tasks.rope._pair_scores"),
+    cases=_which_pair_cases,
+    hidden=_which_pair_cases,
+    allowed=_ROPE_ALLOWED,
+    run=call,
+    judge=tensor_judge(_which_pair_ref, _WHICH_PAIR_MISTAKES, ("scores", "head_dim", "base"),
+                       "the pattern repeats every lambda tokens; pair i has the wavelength 2 pi / theta_i, "
+                       "theta_i = base^(-2i/Dh). Return the index i (an int)."),
+))
