@@ -1,0 +1,77 @@
+"""Collect every learner's exercise notebooks from a hub's home folders, for posenc-grade.
+
+    # The Littlest JupyterHub: user alice's home is /home/jupyter-alice (run as root)
+    sudo .venv/bin/python tools/collect_submissions.py --homes '/home/jupyter-{student}' \\
+        --course posenc-lesson --out submissions
+    .venv/bin/posenc-grade --jobs 2 --out grades submissions/
+
+For each home folder matching --homes ({student} stands for the learner's name), copies
+<home>/<course>/exercises/NN_*.ipynb to <out>/<student>/NN_*.ipynb: the layout posenc-grade
+reads. Only regular files are copied (a link in a learner's folder is skipped and reported),
+the learners' files are never changed, and an existing <out>/<student>/ is refused unless
+--force (a collection is a snapshot: collect into a fresh folder each time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import re
+import shutil
+import sys
+from pathlib import Path
+
+
+def collect(homes: str, course: str, out: Path, *, force: bool = False) -> dict[str, list[str]]:
+    """Copy each learner's exercises; returns {student: [notebook names]}.
+
+    Args:
+        homes: a path template with "{student}" in it, e.g. "/home/jupyter-{student}".
+        course: the folder in each home the course was pulled into (nbgitpuller's targetpath).
+        out: the submissions folder to write, one sub-folder per student.
+    """
+    if homes.count("{student}") != 1:
+        raise ValueError("homes must contain {student} once, e.g. '/home/jupyter-{student}'; "
+                         f"got {homes!r}")
+    prefix, suffix = homes.split("{student}")
+    pattern = re.compile(re.escape(prefix) + r"([A-Za-z0-9._@-]+)" + re.escape(suffix) + r"$")
+    collected: dict[str, list[str]] = {}
+    for home in sorted(glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix))):
+        match = pattern.match(home)
+        exercises = Path(home) / course / "exercises"
+        if not match or not exercises.is_dir() or exercises.is_symlink():
+            continue
+        student = match.group(1)
+        dest = out / student
+        if dest.exists() and not force:
+            raise FileExistsError(f"{dest} exists: collect into a fresh folder, or pass --force")
+        dest.mkdir(parents=True, exist_ok=True)
+        names = []
+        for nb in sorted(exercises.glob("[0-9][0-9]_*.ipynb")):
+            if nb.is_symlink() or not nb.is_file():
+                print(f"skipped {nb}: not a regular file", file=sys.stderr)
+                continue
+            shutil.copyfile(nb, dest / nb.name)
+            names.append(nb.name)
+        collected[student] = names
+    return collected
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--homes", required=True, help="home folder template, e.g. '/home/jupyter-{student}'")
+    parser.add_argument("--course", default="posenc-lesson", help="the course's folder in each home")
+    parser.add_argument("--out", type=Path, required=True, help="the submissions folder to write")
+    parser.add_argument("--force", action="store_true", help="add to existing student folders")
+    args = parser.parse_args(argv)
+    collected = collect(args.homes, args.course, args.out, force=args.force)
+    for student, names in collected.items():
+        print(f"{student}: {len(names)} notebooks")
+    if not collected:
+        print(f"no home folder matching {args.homes} holds {args.course}/exercises/", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
