@@ -454,3 +454,9 @@ def test_yarn_mscale_ratio_and_truncate():
     unrounded, _ = scaled_rope_frequencies(64, **kw, truncate=False)
     assert not torch.equal(rounded, unrounded)
     assert torch.equal(rounded[:2], unrounded[:2]) and torch.equal(rounded[-2:], unrounded[-2:])
+
+
+def test_the_library_copy_of_phi35s_factors_is_the_recorded_one():
+    from posenc_lesson.rope_scaling_long import PHI35_MINI_LONG_FACTOR, PHI35_MINI_SHORT_FACTOR
+
+    assert PHI["short_factor"] == PHI35_MINI_SHORT_FACTOR and PHI["long_factor"] == PHI35_MINI_LONG_FACTOR

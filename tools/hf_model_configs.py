@@ -108,7 +108,7 @@ PHI35_SHORT_FACTOR = [
     2.749999523162842,
     2.8399994373321533,
 ]
-assert len(PHI35_LONG_FACTOR) == len(PHI35_SHORT_FACTOR) == 48
+assert len(PHI35_LONG_FACTOR) == len(PHI35_SHORT_FACTOR) == 48  # copied in posenc_lesson.rope_scaling_long
 
 
 def _llama(**kw):
