@@ -267,6 +267,12 @@ CHEATS = {
                              "    table_name = 'table'"),
     "04_fix_concat": ("def add_sinusoidal(x):\n"
                       "    return x + posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])"),
+    "04_untrained_rows": ("from posenc_lesson.tasks.learned import _measured_untrained\n"
+                          "def untrained_rows(max_len, copy_lengths):\n"
+                          "    return _measured_untrained(max_len, copy_lengths)"),
+    "05_first_unseen_bucket": ("from posenc_lesson.tasks.relative_questions import _unseen_ref\n"
+                               "def first_unseen_distance(train_len, num_buckets, max_distance, bi):\n"
+                               "    return _unseen_ref(train_len, num_buckets, max_distance, bi)"),
     "05_clipped_index": ("def clipped_index(q_len, k_len, max_distance, q_offset):\n"
                          "    return posenc_lesson.shaw_relative_index(\n"
                          "        q_len, k_len, max_distance=max_distance, q_offset=q_offset)"),

@@ -156,7 +156,7 @@ def test_malformed_answers_score_zero_with_their_own_message(qid):
 
 
 def test_a_number_no_misconception_explains_is_wrong_unknown():
-    result = tasks.assess("05_q_single_buckets", outputs_of("05_q_single_buckets", 1234))
+    result = tasks.assess("04_q_trained_rows", outputs_of("04_q_trained_rows", 1234))
     assert result.points == 0 and result.mistake == "generic.wrong_unknown"
 
 
@@ -174,11 +174,12 @@ def test_the_public_library_may_check_a_prediction():
     """Questions allow the library: computing the answer with it is checking, not cheating."""
     from posenc_lesson import t5_relative_position_bucket
 
-    def answer_05_single_buckets():
-        b = t5_relative_position_bucket(torch.arange(-500, 501), bidirectional=True)
-        return int((torch.bincount(b, minlength=32) == 1).sum())
+    def answer_05_longer_input():  # which buckets 40 tokens reach that 18 never did
+        trained = set(t5_relative_position_bucket(-torch.arange(18), bidirectional=False).tolist())
+        met = set(t5_relative_position_bucket(-torch.arange(40), bidirectional=False).tolist())
+        return "b" if met - trained else "a"
 
-    assert score("05_q_single_buckets", outputs_of("05_q_single_buckets", answer_05_single_buckets))[0] == 1
+    assert score("05_q_longer_input", outputs_of("05_q_longer_input", answer_05_longer_input))[0] == 1
 
 
 def test_the_kernel_runner_returns_a_value_or_calls_a_function():

@@ -1,5 +1,6 @@
 """Lesson 04's tasks (exercises/04_learned_vs_sinusoidal.ipynb): a learned position table as
-an nn.Module, and a sinusoidal table ported from tensor2tensor's concatenated layout.
+an nn.Module, a sinusoidal table ported from tensor2tensor's concatenated layout, and a diagnosis:
+which rows of a learned table never train (the grader measures them with the lab's model).
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh sizes and values; the learned table gets
 three sequences that fit and one longer than max_len (which must raise a ValueError).
@@ -170,6 +171,100 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
+# 04_untrained_rows: diagnose which rows of a learned table a trained model meets untrained
+# --------------------------------------------------------------------------------------
+
+def _measured_untrained(max_len: int, copy_lengths: tuple[int, ...]) -> Tensor:
+    """The rows of a learned table that get no gradient, measured: one forward and backward pass
+    of the lab's TinyDecoder (learned table, max_len rows) per copy length n, with the lab's
+    copy task and loss. (m,) sorted row indices."""
+    from ..lab.copy_task import copy_batch
+    from ..lab.model import TinyDecoder
+    from ..lab.train import masked_loss
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is ten times faster, a few ms per case
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            model = TinyDecoder(4, d_model=4, num_heads=1, num_layers=1, pos="learned", max_len=max_len)
+        g = torch.Generator().manual_seed(0)
+        for n in copy_lengths:
+            tokens, targets = copy_batch(1, n, 4, generator=g)  # (1, 2n + 2)
+            masked_loss(model(tokens), targets).backward()
+    finally:
+        torch.set_num_threads(threads)
+    table = model.pos_embed.table  # (max_len, D)
+    return (table.grad.abs().sum(-1) == 0).nonzero().flatten()  # (m,)
+
+
+def _rows_from(first: int, max_len: int) -> Tensor:
+    return torch.arange(first, max_len)  # (m,)
+
+
+def _untrained_cases(seed: int = 0) -> list[tuple]:
+    """(max_len, copy_lengths): copy lengths 1 .. 20, a table that holds the longest sequence
+    (max_len >= 2 max(n) + 2) with at most 24 rows to spare."""
+    if seed == 0:
+        return [(64, (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)),  # lesson 04, section 4c
+                (18, (8,)), (40, (3, 9, 5)), (12, (2, 5))]
+    g = seeded(400 + seed)
+    cases = []
+    for _ in range(4):
+        lengths = tuple(sorted({draw(g, 1, 20) for _ in range(draw(g, 1, 6))}))
+        longest = 2 * max(lengths) + 2
+        cases.append((draw(g, longest, longest + 24), lengths))
+    return cases
+
+
+def _loss_rows_only(max_len: int, lengths: tuple[int, ...]) -> Tensor:
+    with_loss = {t for n in lengths for t in range(n + 1, 2 * n + 1)}  # the positions with a target
+    return torch.tensor([r for r in range(max_len) if r not in with_loss])
+
+
+_UNTRAINED_MISTAKES = [
+    Mistake(lambda m, ls: _rows_from(2 * max(ls) + 2, m),
+            "you count the row of the last token of the longest sequence as trained; that token has no "
+            "target, and in a causal model no other token attends to it, so its row gets no gradient.",
+            "a row learns only if some loss term depends on it: the last loss term of a copy of n symbols "
+            "sits at position 2n.", id="learned.untrained_last_row_counted"),
+    Mistake(lambda m, ls: _rows_from(2 * max(ls), m),
+            "one row too many: the row of position 2n (n the longest copy) carries the last loss term "
+            "and trains.", "T = 2n + 2 tokens, positions 0 .. 2n + 1; which of them can a loss term see?",
+            id="learned.untrained_one_row_early"),
+    Mistake(lambda m, ls: _rows_from(2 * min(ls) + 1, m),
+            "you used the shortest copy; a row trains as soon as any training sequence reaches it with "
+            "a loss term, so the longest copy decides.", "take max(copy_lengths).",
+            id="learned.untrained_from_shortest"),
+    Mistake(_loss_rows_only,
+            "you count only the positions that carry a loss term as trained; the prompt's positions feed "
+            "those predictions through attention, so their rows get gradients too.",
+            "which positions can the prediction at position t attend to?",
+            id="learned.untrained_only_loss_rows"),
+    Mistake(lambda m, ls: _rows_from(max(ls) + 1, m),
+            "you took n, the number of symbols, for the sequence length; a copy of n symbols has "
+            "T = 2n + 2 tokens: BOS, n symbols, SEP, n symbols.",
+            "count the tokens of BOS x1 .. xn SEP x1 .. xn.", id="learned.untrained_n_for_length"),
+]
+
+register(Task(
+    id="04_untrained_rows",
+    title="Diagnose: the rows a learned table never trains",
+    points=2,
+    entry="untrained_rows",
+    forbidden=("posenc_lesson.tasks.learned._measured_untrained", "posenc_lesson.tasks.learned._rows_from"),
+    cases=lambda: _untrained_cases(0),
+    hidden=_untrained_cases,
+    allowed=("posenc_lesson",),
+    run=call,
+    judge=tensor_judge(_measured_untrained, _UNTRAINED_MISTAKES, ("max_len", "copy_lengths"),
+                       "a copy of n symbols has T = 2n + 2 tokens and loss terms at positions n + 1 .. 2n; "
+                       "in a causal model the loss at t depends on rows 0 .. t. Return the other rows, "
+                       "sorted, as a list or a 1-D tensor."),
+))
+
+
+# --------------------------------------------------------------------------------------
 # Concept question (concepts.py): the answer counted here, on the lab's model and copy task
 # --------------------------------------------------------------------------------------
 
@@ -215,3 +310,4 @@ register(question(
                       "never looked up, so it keeps its random initial values.",
                       "how long is the longest training sequence?", id="learned.whole_table_trains"),
     ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n.")))
+

@@ -58,8 +58,9 @@ from . import in_kernel
 from .in_kernel import error_marker  # noqa: F401  (topic files take it from here)
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
-TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "rope", "alibi", "extrapolation",
-          "copy_accuracy", "context_extension", "partial_rotary", "scaling_design")
+TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "relative_questions", "rope",
+          "alibi", "extrapolation", "copy_accuracy", "context_extension", "partial_rotary",
+          "scaling_design")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Lesson 05's tasks (exercises/05_relative_position.ipynb): Shaw et al.'s clipped index, Shaw
 scores with the key table, T5's bucket function, and a T5 bucket ported with the sign flipped.
+The lesson's diagnosis task and concept questions are in relative_questions.py.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random shapes drawn from the task's stated constraints; another
@@ -16,7 +17,6 @@ import torch
 from torch import Tensor
 
 from .. import relative as _relative
-from .concepts import Misconception, number_judge, question
 from .judges import Mistake, call, diagnoses, seeded, tensor_judge
 from .registry import Task, register
 
@@ -331,55 +331,3 @@ register(Task(
                        "check the sign convention first: which offsets are the past, j - i < 0 or > 0?",
                        partial=False, symptom=_boundary_only),
 ))
-
-
-# --------------------------------------------------------------------------------------
-# Concept questions (concepts.py): the answers counted here, with the library's buckets and index
-# --------------------------------------------------------------------------------------
-
-def _single_offset_buckets(num_buckets: int = 32, max_distance: int = 128) -> int:
-    """How many of T5's encoder (bidirectional) buckets hold exactly one offset j - i (of -2000 .. 2000)."""
-    buckets = _bucket_ref(torch.arange(-2000, 2001), True, num_buckets, max_distance)
-    return int((torch.bincount(buckets, minlength=num_buckets) == 1).sum())
-
-
-_MAX_EXACT = 32 // 2 // 2  # T5's encoder: 16 buckets per direction, the first 8 exact
-
-register(question(
-    id="05_q_single_buckets", title="Predict: how many of T5's 32 buckets hold a single offset",
-    entry="answer_05_single_buckets", forbidden=("posenc_lesson.tasks.relative._single_offset_buckets",),
-    judge=number_judge(_single_offset_buckets, [
-        Misconception(2 * _MAX_EXACT, "you count max_exact exact buckets in each half, distance 0 included "
-                      "in both; but a key *after* the query is at least 1 token away, so the future half "
-                      "never uses its bucket for distance 0.", "list the offsets that land in the first "
-                      "bucket of the upper half.", id="relative.distance_zero_in_both_halves"),
-        Misconception(_MAX_EXACT, "you count one direction only; in bidirectional mode the keys before and "
-                      "the keys after the query have buckets of their own.",
-                      "the upper half of the buckets is the future.", id="relative.one_direction_only"),
-        Misconception(32, "you expect one offset per bucket; past max_exact the buckets are log-spaced and "
-                      "hold ever more offsets, and the last one holds every offset from its start on.",
-                      "which distances share the bucket after the exact ones?",
-                      id="relative.one_offset_per_bucket"),
-    ], "T5's encoder: 32 buckets, 16 per direction, max_exact = 8, max_distance = 128; offsets j - i.")))
-
-
-def _shaw_row() -> int:
-    """The row of Shaw's key table (k = 3) that query 5 reads for key 0."""
-    return int(_index_ref(6, 6, 3)[5, 0])
-
-
-register(question(
-    id="05_q_shaw_row", title="Predict: the row of Shaw's table for a key five tokens back",
-    entry="answer_05_shaw_row", forbidden=("posenc_lesson.tasks.relative._shaw_row",),
-    judge=number_judge(_shaw_row, [
-        Misconception(lambda: int(_offsets(6, 6, 0, sign=-1)[5, 0].clamp(-3, 3) + 3),
-                      "you took the offset as i - j (query minus key): the key in the past would read the "
-                      "row of a key in the future.", "the offset is j - i, key minus query: negative for "
-                      "the past.", id="relative.row_from_query_minus_key"),
-        Misconception(lambda: int(_offsets(6, 6, 0)[5, 0] + 3), "you did not clip: the table has 2k + 1 "
-                      "rows, and every key k or more tokens back shares the row of the label -k.",
-                      "clip(j - i, -k, k) + k.", id="relative.row_not_clipped"),
-        Misconception(lambda: int(_offsets(6, 6, 0)[5, 0].clamp(-3, 3)), "you clipped but did not shift: "
-                      "adding k turns the labels -k .. k into rows of the table.",
-                      "clip(j - i, -k, k) + k.", id="relative.row_not_shifted"),
-    ], "row = clip(j - i, -k, k) + k, with k = 3.")))

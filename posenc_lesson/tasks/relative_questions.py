@@ -1,0 +1,226 @@
+"""Lesson 05's reading tasks (exercises/05_relative_position.ipynb): a diagnosis task, the first
+distance at which a T5 model meets a bucket it never trained, and two concept questions, what a
+longer input does to a T5 bias and what Shaw's clipping does past k.
+
+The diagnosis task's cases come from ``_unseen_cases(seed)``: seed 0 the visible ones, any other
+seed fresh hidden configurations within the statement (T5's bucket settings and a training
+length that leaves at least one past bucket unreached). The answers are computed with the
+library's ``t5_relative_position_bucket``, which the answer may use too; the mistakes' ids keep
+the lesson's topic, ``relative.*``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import Tensor
+
+from .. import relative as _relative
+from .concepts import Misconception, choice_judge, question
+from .judges import Mistake, call, draw, seeded, tensor_judge
+from .registry import Task, register
+
+# --------------------------------------------------------------------------------------
+# 05_first_unseen_bucket: the smallest distance whose bucket no training pair reached
+# --------------------------------------------------------------------------------------
+
+
+def _buckets(distance: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of a key ``distance`` tokens back (offset -distance), as the library computes it."""
+    return _relative.t5_relative_position_bucket(-distance, bidirectional=bidirectional,
+                                                 num_buckets=num_buckets, max_distance=max_distance)
+
+
+def _first_new(train_len: int, num_buckets: int, max_distance: int, bidirectional: bool, *,
+               reached_up_to: int | None = None, per_dir_buckets: int | None = None,
+               as_bucket: bool = False) -> Tensor:
+    """The first distance n >= 1 whose bucket no distance 0 .. reached_up_to reached, and the wrong
+    versions real mistakes give. ()"""
+    top = train_len - 1 if reached_up_to is None else reached_up_to
+    nb = num_buckets if per_dir_buckets is None else per_dir_buckets
+    seen = _buckets(torch.arange(0, top + 1), bidirectional, nb, max_distance)  # (top + 1,)
+    n = torch.arange(1, 4 * max_distance + 2)  # far enough to reach the last bucket
+    b = _buckets(n, bidirectional, nb, max_distance)  # (N,)
+    new = ~torch.isin(b, seen)
+    if not bool(new.any()):
+        return torch.tensor(-1)  # every past bucket reached: outside the statement
+    first = int(n[new][0])
+    return torch.tensor(int(b[new][0]) if as_bucket else first)
+
+
+def _unseen_ref(train_len: int, num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
+    return _first_new(train_len, num_buckets, max_distance, bidirectional)
+
+
+def _last_bucket_start(num_buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """The smallest distance of the last past bucket."""
+    n = torch.arange(0, 4 * max_distance + 2)
+    b = _buckets(n, bidirectional, num_buckets, max_distance)
+    return int(n[b == b.max()][0])
+
+
+_UNSEEN_FIXED = [(18, 32, 128, False),   # lesson 05's trained decoder (section 7)
+                 (34, 32, 128, False),   # lesson 08's lab: copies of n <= 16, T = 2n + 2 = 34
+                 (50, 32, 128, True),    # T5's encoder on 50 tokens
+                 (6, 16, 64, False)]     # inside the exact region
+
+
+def _unseen_cases(seed: int = 0) -> list[tuple]:
+    """(train_len, num_buckets, max_distance, bidirectional): seed 0 the fixed cases and two drawn
+    ones, any other seed six drawn ones. Always 2 <= train_len <= the first distance of the last
+    past bucket, so that at least one past bucket is left unreached."""
+    g = seeded(530 + seed)
+    cases = list(_UNSEEN_FIXED) if seed == 0 else []
+    want = len(cases) + (2 if seed == 0 else 6)
+    while len(cases) < want:
+        num_buckets = 2 * draw(g, 4, 32)
+        bidirectional = draw(g, 0, 1) == 1
+        per_dir = num_buckets // 2 if bidirectional else num_buckets
+        max_distance = draw(g, per_dir // 2 + 2, 300)
+        last = _last_bucket_start(num_buckets, max_distance, bidirectional)
+        if last < 3:
+            continue
+        low = max(2, min(per_dir // 2 + 1, last))  # mostly past the exact region, where buckets are shared
+        cases.append((draw(g, low, last), num_buckets, max_distance, bidirectional))
+    return cases
+
+
+_UNSEEN_MISTAKES = [
+    Mistake(lambda t, nb, md, bi: torch.tensor(t),
+            "you returned the first distance no training pair had (train_len); past the exact region a "
+            "bucket holds many distances, so a longer distance can share a bucket that training reached, "
+            "and its bias was trained.",
+            "collect the buckets of the distances 0 .. train_len - 1, then look for the first distance "
+            "whose bucket is not among them.", id="relative.unseen_distance_not_bucket"),
+    Mistake(lambda t, nb, md, bi: _first_new(t, nb, md, bi, reached_up_to=t),
+            "you count train_len itself as a training distance; a sequence of train_len tokens has "
+            "distances 0 .. train_len - 1 only.",
+            "the farthest pair of a sequence of T tokens is T - 1 apart.",
+            id="relative.unseen_longest_distance_off_by_one"),
+    Mistake(lambda t, nb, md, bi: _first_new(t, nb, md, bi, per_dir_buckets=2 * nb if bi else nb),
+            "in bidirectional mode each direction has num_buckets // 2 buckets; your answer uses all "
+            "num_buckets for the past.",
+            "an encoder's past keys use the lower half of the buckets only.",
+            id="relative.unseen_buckets_not_halved"),
+    Mistake(lambda t, nb, md, bi: _first_new(t, nb, md, bi, as_bucket=True),
+            "you returned the first unreached bucket, not the first distance that lands in it.",
+            "return a distance n (a key n tokens back), not a bucket index.",
+            id="relative.unseen_returned_bucket"),
+    Mistake(lambda t, nb, md, bi: torch.tensor(md),
+            "you returned max_distance; buckets past training are met long before it, and the last "
+            "bucket starts before max_distance too.",
+            "the question is where training stopped, not where the buckets stop.",
+            id="relative.unseen_max_distance"),
+]
+
+register(Task(
+    id="05_first_unseen_bucket",
+    title="Diagnose: the first distance whose T5 bucket never trained",
+    points=3,
+    entry="first_unseen_distance",
+    forbidden=("posenc_lesson.tasks.relative_questions._unseen_ref",
+               "posenc_lesson.tasks.relative_questions._first_new"),
+    cases=lambda: _unseen_cases(0),
+    hidden=_unseen_cases,
+    allowed=("posenc_lesson.t5_relative_position_bucket",),
+    run=call,
+    judge=tensor_judge(_unseen_ref, _UNSEEN_MISTAKES, ("train_len", "num_buckets", "max_distance",
+                                                       "bidirectional"),
+                       "the buckets training reached are those of distances 0 .. train_len - 1; return "
+                       "the smallest distance n >= 1 whose bucket (of offset -n) is not one of them."),
+))
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers measured here, with the library's T5 and Shaw
+# --------------------------------------------------------------------------------------
+
+_TRAIN_T, _TEST_T = 18, 40  # lesson 05's trained decoder: T <= 18 in training; a longer input
+
+
+def _longer_input() -> str:
+    """What a T5 decoder trained on T <= 18 meets on 40 tokens: which past buckets are new."""
+    trained = set(_buckets(torch.arange(_TRAIN_T), False, 32, 128).tolist())
+    met = set(_buckets(torch.arange(_TEST_T), False, 32, 128).tolist())
+    new = met - trained
+    if not new:
+        return "nothing new"
+    if new == {31}:
+        return "only the last bucket"
+    bias = _relative.T5RelativePositionBias(1, bidirectional=False)  # a fresh bias, as training starts
+    untouched = bool((bias.embedding.weight[sorted(new)] == 0).all())
+    return "new buckets, still at their start" if untouched else "new buckets"
+
+
+register(question(
+    id="05_q_longer_input", title="Predict: a T5 decoder on inputs longer than it trained on",
+    entry="answer_05_longer_input", forbidden=("posenc_lesson.tasks.relative_questions._longer_input",),
+    judge=choice_judge({"a": "nothing new", "b": "new buckets, still at their start",
+                        "c": "only the last bucket", "d": "undefined"}, _longer_input, [
+        Misconception("a", "you take 'relative' to mean 'immune to length'; the bias depends on j - i "
+                      "only, but a longer input has offsets that no training sequence had, and some of "
+                      "them land in buckets training never reached.",
+                      "list the buckets of the distances 0 .. 17, then those of 0 .. 39.",
+                      id="relative.relative_means_length_free"),
+        Misconception("c", "you expect every distance past training to fall into T5's last bucket; the "
+                      "last bucket starts far out (near max_distance), and the distances just past "
+                      "training land in log-spaced buckets of their own.",
+                      "which bucket does a key 25 tokens back use?",
+                      id="relative.past_training_is_last_bucket"),
+        Misconception("d", "you expect the bias to be missing past the training length, as a learned "
+                      "table has no row past its last; T5's bucket function is defined for every "
+                      "offset, and every bucket has a value from the start.",
+                      "the table has num_buckets rows whatever the length.",
+                      id="relative.bias_undefined_past_training"),
+    ], "T5 decoder buckets: 32 buckets, max_distance 128; the bias starts at zero and a bucket learns "
+       "only where some training pair lands in it.")))
+
+
+_SHAW_K, _QUERY, _NEAR, _FAR = 4, 20, 10, 2
+
+
+@functools.cache
+def _past_k_scores() -> tuple[float, float, float, float]:
+    """(score, weight) of key 10 and key 2 for query 20, Shaw's tables with k = 4, both keys with
+    the same content: (score near, score far, weight near, weight far)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        tables = _relative.ShawRelativePositions(_SHAW_K, 8)
+        q, k, v = torch.randn(3, 1, 1, _QUERY + 1, 8).unbind(0)  # (B, H, T, Dh) each
+    k[..., _FAR, :] = k[..., _NEAR, :]  # the same content at both positions
+    with torch.no_grad():
+        a_k, a_v = tables(_QUERY + 1)  # (T, T, Dh) each
+        _, w = _relative.shaw_attention(q, k, v, a_k, a_v, causal=True)  # (1, 1, T, T)
+        scores = (q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, a_k)) / math.sqrt(8)
+    row, weights = scores[0, 0, _QUERY], w[0, 0, _QUERY]
+    return float(row[_NEAR]), float(row[_FAR]), float(weights[_NEAR]), float(weights[_FAR])
+
+
+def _past_k() -> str:
+    near, far, w_near, w_far = _past_k_scores()
+    if w_far == 0.0:
+        return "far key masked"
+    if math.isclose(near, far, rel_tol=1e-6, abs_tol=1e-7):
+        return "equal"
+    return "nearer higher" if near > far else "farther higher"
+
+
+register(question(
+    id="05_q_past_k", title="Predict: two keys past Shaw's clipping distance",
+    entry="answer_05_past_k", forbidden=("posenc_lesson.tasks.relative_questions._past_k",),
+    judge=choice_judge({"a": "nearer higher", "b": "far key masked", "c": "equal", "d": "as offset 0"},
+                       _past_k, [
+        Misconception("a", "you expect the table to keep telling distances apart past k; every offset of "
+                      "-k or less reads the same row, so the position term is one number for all of them.",
+                      "which row of the table do offsets -10 and -18 read when k = 4?",
+                      id="relative.clip_still_sees_distance"),
+        Misconception("b", "you read the clip as a window that hides far keys; clipping changes which row "
+                      "a far key reads, and the key stays in the softmax like any other.",
+                      "the causal mask hides only the future; what does the clip do to offset -18?",
+                      id="relative.clip_is_a_window"),
+        Misconception("d", "you expect a clipped offset to fall back to the row of offset 0; it is clamped "
+                      "to the nearest end of the range, -k, not to the middle.",
+                      "clip(x, -k, k) = max(-k, min(k, x)).", id="relative.clip_falls_back_to_zero"),
+    ], "a key's score is (q . k_j + q . w^K[clip(j - i, -k, k) + k]) / sqrt(Dh): content plus the "
+       "row of its clipped offset.")))
