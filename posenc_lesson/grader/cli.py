@@ -113,7 +113,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..tasks.registry import grader_only_paths
-from . import class_report, sandbox
+from . import class_report, gradescope, sandbox
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
@@ -171,6 +171,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--disk", default=_size_text(sandbox.Spec.disk), metavar="SIZE",
                    help="size of each sandboxed kernel's tmpfs (its folder, /tmp and the outputs) "
                         f"(default {_size_text(sandbox.Spec.disk)})")
+    p.add_argument("--gradescope", metavar="FILE", default=None,
+                   help="also write Gradescope's results.json to FILE: one test per task, the learner's "
+                        "feedback as its output (autograder/run_autograder passes it)")
+    p.add_argument("--gradescope-visibility", default="visible", choices=gradescope.VISIBILITIES,
+                   help="when learners see --gradescope's tests (default visible)")
+    p.add_argument("--gradebook", metavar="FILE", default=None,
+                   help="also write an LMS gradebook CSV to FILE: one row per student, one column per "
+                        "notebook")
     return p
 
 
@@ -293,6 +301,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)
     write_csv(out / "grades.csv", rows, columns)
+    gradescope.export(rows, args.gradescope, args.gradebook, args.gradescope_visibility)
     if not args.no_report:
         write_atomic(out / "report.html", class_report.render(rows, columns, grader.seed))
     print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))

@@ -1,0 +1,187 @@
+"""posenc-grade as a Gradescope autograder, and the gradebook CSV an LMS imports.
+
+autograder/run_autograder runs here exactly as Gradescope runs it, in a temporary /autograder
+layout (submission/, source/, results/), on a worked solution and on a blank exercise; its
+results.json is validated against the format Gradescope's autograder specification documents
+(gradescope-autograders.readthedocs.io/en/latest/specs/: top-level score, output, visibility,
+stdout_visibility, tests; per test score, max_score, status, name, number, output, visibility,
+tags, name_format, output_format, extra_data), transcribed below as a JSON Schema.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from posenc_lesson.grader import gradescope
+from posenc_lesson.grader.report import Graded, TaskResult
+from posenc_lesson.tasks import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTOGRADER = ROOT / "autograder"
+VENV = Path(sys.executable).parent.parent
+STEM = "01_permutation_equivariance"
+
+VISIBILITY = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
+FORMAT = {"enum": ["text", "html", "simple_format", "md", "ansi"]}
+RESULTS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "anyOf": [{"required": ["score"]}, {"required": ["tests"]}],
+    "properties": {
+        "score": {"type": "number"},
+        "execution_time": {"type": "number"},
+        "output": {"type": "string"},
+        "output_format": FORMAT,
+        "test_output_format": FORMAT,
+        "test_name_format": FORMAT,
+        "visibility": VISIBILITY,
+        "stdout_visibility": VISIBILITY,
+        "extra_data": {"type": "object"},
+        "leaderboard": {"type": "array"},
+        "tests": {"type": "array", "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "score": {"type": "number"},
+                "max_score": {"type": "number"},
+                "status": {"enum": ["passed", "failed"]},
+                "name": {"type": "string"},
+                "name_format": FORMAT,
+                "number": {"type": "string"},
+                "output": {"type": "string"},
+                "output_format": FORMAT,
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "visibility": VISIBILITY,
+                "extra_data": {"type": "object"},
+            },
+        }},
+    },
+}
+
+
+def _validate(results: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed: `make venv`")
+    jsonschema.Draft7Validator(RESULTS_SCHEMA).validate(results)
+
+
+def _task_ids(stem: str) -> list[str]:
+    return [tid for tid in TASKS if tid.startswith(stem[:3])]
+
+
+def _autograde(tmp: Path, notebook: Path | None, **env: str) -> dict:
+    """Run autograder/run_autograder on one upload, in a /autograder of its own."""
+    root = tmp / "autograder"
+    (root / "submission").mkdir(parents=True)
+    (root / "source").symlink_to(ROOT)  # the unpacked zip: the course, with solutions/
+    if notebook is not None:
+        (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
+    out = subprocess.run([str(AUTOGRADER / "run_autograder")], cwd=root, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "AUTOGRADER_ROOT": str(root),
+                                           "POSENC_VENV": str(VENV), **env})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    _validate(results)
+    return results
+
+
+@pytest.mark.slow
+def test_autograder_gives_a_solution_full_marks_one_test_per_task(tmp_path):
+    results = _autograde(tmp_path, ROOT / "solutions" / f"{STEM}.ipynb")
+    tests = results["tests"]
+    ids = _task_ids(STEM)
+    assert sorted(t["name"].split(":")[0] for t in tests) == sorted(ids)  # one test per task
+    for t in tests:
+        assert t["score"] == t["max_score"] == TASKS[t["name"].split(":")[0]].points
+        assert t["status"] == "passed" and t["visibility"] == "visible" and t["output"]
+    assert results["score"] == sum(TASKS[i].points for i in ids)
+    assert results["stdout_visibility"] == "hidden"  # flags and the summary: the instructor's only
+
+
+@pytest.mark.slow
+def test_autograder_gives_a_blank_exercise_zero_with_the_learners_feedback(tmp_path):
+    results = _autograde(tmp_path, ROOT / "exercises" / f"{STEM}.ipynb")
+    tests = results["tests"]
+    assert len(tests) == len(_task_ids(STEM)) and results["score"] == 0
+    for t in tests:
+        assert t["score"] == 0 and t["max_score"] > 0 and t["status"] == "failed"
+        assert "not implemented" in t["output"].lower(), t  # what the check cell says, not the answer
+
+
+def test_autograder_that_cannot_run_still_answers_gradescope(tmp_path):
+    results = _autograde(tmp_path, ROOT / "exercises" / f"{STEM}.ipynb", POSENC_VENV=str(tmp_path / "none"))
+    assert results["score"] == 0 and results["tests"] == []
+    assert "could not grade" in results["output"]
+
+
+def test_autograder_folder_is_what_gradescope_needs():
+    for name in ("setup.sh", "run_autograder"):
+        path = AUTOGRADER / name
+        assert path.read_text().startswith("#!/usr/bin/env bash") and os.access(path, os.X_OK), name
+    setup = (AUTOGRADER / "setup.sh").read_text()
+    assert "download.pytorch.org/whl/cpu" in setup and "-c requirements.lock" in setup
+    assert "--gradescope" in (AUTOGRADER / "run_autograder").read_text()
+
+
+def test_autograder_zip_has_the_scripts_at_its_root_and_no_exercise_or_venv(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_autograder_zip
+
+    zf = zipfile.ZipFile(make_autograder_zip.build(tmp_path / "autograder.zip"))
+    names = set(zf.namelist())
+    assert {"setup.sh", "run_autograder", "pyproject.toml", "requirements.lock",
+            f"solutions/{STEM}.ipynb", "posenc_lesson/grader/cli.py"} <= names
+    assert not [n for n in names if n.startswith((".venv/", "exercises/", "notebooks/", ".git/"))]
+    assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111  # executable
+
+
+def _row(student: str, exercise: str, scores: dict[str, float]) -> Graded:
+    tasks = [TaskResult(tid, TASKS[tid].title, s, TASKS[tid].points, "feedback") for tid, s in scores.items()]
+    return Graded(student, exercise, f"{exercise}.ipynb", exercise, "ok", [], tasks)
+
+
+def test_results_json_refuses_a_whole_class_and_a_bad_visibility():
+    rows = [_row("a", STEM, {"01_attention": 2}), _row("b", STEM, {"01_attention": 0})]
+    with pytest.raises(gradescope.UsageError, match="one submission"):
+        gradescope.results_json(rows)
+    with pytest.raises(ValueError, match="visibility"):
+        gradescope.results_json(rows[:1], visibility="later")
+    hidden = gradescope.results_json(rows[:1], visibility="after_published")
+    _validate(hidden)
+    assert {t["visibility"] for t in hidden["tests"]} == {"after_published"}
+    empty = gradescope.results_json([])
+    _validate(empty)
+    assert empty["score"] == 0 and "No notebook" in empty["output"]
+
+
+def test_gradebook_has_one_row_per_student_and_one_column_per_notebook():
+    two = "02_sinusoidal_encoding"
+    rows = [_row("ann", STEM, {"01_attention": 2, "01_permutation_check": 1}),
+            _row("ann", two, {_task_ids(two)[0]: 1}),
+            _row("ben", STEM, {"01_attention": 0, "01_permutation_check": 0})]
+    table = gradescope.gradebook_rows(rows)
+    assert table == [["student", STEM, two, "total"], ["ann", "3", "1", "4"], ["ben", "0", "", "0"]]
+
+
+@pytest.mark.slow
+def test_posenc_grade_writes_the_gradebook_for_a_class(tmp_path):
+    for student, src in (("ann", "solutions"), ("ben", "exercises")):
+        (tmp_path / "class" / student).mkdir(parents=True)
+        nb = (ROOT / src / f"{STEM}.ipynb").read_bytes()
+        (tmp_path / "class" / student / f"{STEM}.ipynb").write_bytes(nb)
+    book = tmp_path / "gradebook.csv"
+    out = subprocess.run([str(VENV / "bin" / "posenc-grade"), "--jobs", "2", "--no-report", "--out",
+                          str(tmp_path / "grades"), "--gradebook", str(book), str(tmp_path / "class")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    with book.open() as f:
+        table = list(csv.reader(f))
+    full = sum(TASKS[i].points for i in _task_ids(STEM))
+    assert table == [["student", STEM, "total"], ["ann", str(full), str(full)], ["ben", "0", "0"]]
