@@ -619,6 +619,8 @@ def write_report(res: dict, path: Path) -> None:
                     w(f"The sandbox costs {(g1['s'] - off['s']) / n:+.2f} s per submission "
                       f"({g1['s'] / n:.2f} s with it, {off['s'] / n:.2f} s without).")
                 w("")
+    if res.get("sizing"):  # section 6, written by tools/measure_sizing.py (issue 26)
+        w(res["sizing"])
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -710,10 +712,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="timing rounds per row (default 11, quick 5)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip", default="", help="comma list of sections to skip: "
-                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading")
+                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing")
     parser.add_argument("--measured", type=Path, default=HERE / "measured.json",
                         help="JSON with make_test_s and how (measured outside this script)")
     parser.add_argument("--out", type=Path, default=HERE / "README.md")
+    parser.add_argument("--sizing", action="store_true",
+                        help="remeasure benchmarks/sizing.csv (the rows it lacks; delete it to redo "
+                             "all) instead of reusing it")
     args = parser.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 11)
     skip = set(filter(None, args.skip.split(",")))
@@ -744,6 +749,13 @@ def main() -> None:
         res["lm_lab"] = bench_lm_lab(args, log)
     if "grading" not in skip:
         res["grading"] = bench_grading(args, log)
+    if "sizing" not in skip:  # memory and CPU per learner: --sizing remeasures (the full labs: long)
+        sizing = [sys.executable, str(ROOT / "tools" / "measure_sizing.py"),
+                  "--resume" if args.sizing else "--derive"]
+        if args.sizing or (HERE / "sizing.csv").exists():
+            subprocess.run(sizing, check=True, stdout=subprocess.DEVNULL)
+        sys.path.insert(0, str(ROOT / "tools"))
+        res["sizing"] = __import__("measure_sizing").markdown()
     res["machine"] = machine()
     res["total_s"] = time.perf_counter() - start
     write_report(res, args.out)
