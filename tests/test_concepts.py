@@ -65,14 +65,14 @@ def _give_away(qid: str) -> list[str]:
 
 def test_every_lesson_01_to_09_has_a_concept_question():
     lessons = {q[:2] for q in QUESTIONS}
-    assert lessons == {f"0{n}" for n in range(1, 10)}
+    assert lessons >= {f"0{n}" for n in range(1, 10)}  # and the lessons after 09 that have exercises
     assert all(1 <= sum(q[:2] == lesson for q in QUESTIONS) <= 2 for lesson in lessons)
 
 
 @pytest.mark.parametrize("qid", QUESTIONS)
 def test_a_question_is_a_task_with_no_input(qid):
     task = TASKS[qid]
-    assert re.fullmatch(r"0\d_q_[a-z0-9_]+", qid) and task.entry == "answer_" + qid.replace("_q_", "_")
+    assert re.fullmatch(r"\d\d_q_[a-z0-9_]+", qid) and task.entry == "answer_" + qid.replace("_q_", "_")
     assert task.points == 1 and task.cases() == [()]
     assert all(tasks.hidden_cases(qid, seed) == [()] for seed in (1, 7, 20_240_601))
     assert task.allowed == ("posenc_lesson",)

@@ -24,7 +24,7 @@ def _neighbour_angle_ratio(train: int = 16, test: int = 32) -> float:
 register(question(
     id="11_q_normalised_neighbour", title="Predict: a neighbour's angle at twice the resolution",
     entry="answer_11_normalised_neighbour",
-    forbidden=("posenc_lesson.tasks.multi_axis._neighbour_angle_ratio",),
+    forbidden=("posenc_lesson.tasks.multi_axis_questions._neighbour_angle_ratio",),
     judge=choice_judge({"a": 1.0, "b": 0.5, "c": 2.0, "d": 0.0}, _neighbour_angle_ratio, [
         Misconception("a", "you reason with integer indices, where a neighbour is always one step away; with "
                       "coordinates normalised to [-1, 1] the whole image keeps the same span.",
@@ -52,14 +52,15 @@ def _flux_still_channels() -> int:
 register(question(
     id="11_q_flux_still_channels", title="Predict: FLUX.1's channels that never turn",
     entry="answer_11_flux_still_channels",
-    forbidden=("posenc_lesson.tasks.multi_axis._flux_still_channels",),
+    forbidden=("posenc_lesson.tasks.multi_axis_questions._flux_still_channels",),
     judge=number_judge(_flux_still_channels, [
         Misconception(0, "every channel belongs to some axis, but an axis whose coordinate is always 0 turns "
                       "by 0: in FLUX.1 the first axis is 0 for text and image alike.",
                       "look at the first coordinate of FLUX.1's ids for text and for image tokens.",
                       id="multi_axis.flux_every_channel_turns"),
-        Misconception(8, "you counted pairs, not channels: the first axis owns 16 channels, 8 pairs.",
+        Misconception(8, "you counted pairs, not channels: an axis of d channels turns d/2 pairs.",
                       "the question asks for channels.", id="multi_axis.flux_counted_pairs"),
         Misconception(112, "the row and column axes turn on image tokens; only the first axis is always 0.",
                       "which axis has coordinate 0 for every token?", id="multi_axis.flux_counted_spatial"),
-    ], "axes_dim = (16, 56, 56) and ids (0, row, column) for the image, (0, 0, 0) for text.")))
+    ], "which coordinate of FLUX.1's ids is the same for every token, and how many channels does its "
+       "axis own?")))

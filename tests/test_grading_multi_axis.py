@@ -1,0 +1,213 @@
+"""Lesson 11's exercise tasks (tasks/multi_axis.py, tasks/multi_axis_questions.py) grade what they promise.
+
+Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then changed
+into the wrong implementations people write (the row half first, interleaved sin and cos, one RoPE
+over the whole head, axes in reverse order, a 1-D count after a vision block, transformers 5's
+max(h, w) step, chunked sections for Qwen3-VL, ...). Each must lose points and be named by its
+diagnosis; answers that call the library score zero; the hidden inputs are graded the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import posenc_lesson
+from posenc_lesson.tasks import TASKS, outputs_of, score
+from posenc_lesson.tasks import multi_axis as topic
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "11_beyond_one_axis.ipynb"
+TASK_IDS = ("11_sincos_2d", "11_axial_rope", "11_mrope_positions", "11_fix_interleaved_mrope")
+HIDDEN = {"11_sincos_2d": topic._table_cases, "11_axial_rope": topic._axial_cases,
+          "11_mrope_positions": topic._positions_cases, "11_fix_interleaved_mrope": topic._fix_cases}
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _cells() -> dict[str, str]:
+    nb = nbformat.read(SOLUTION, as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if "nbgrader" in c.metadata}
+
+
+def _namespace(task_id: str) -> dict:
+    cells = _cells()
+    ns: dict = {"__name__": "__exercise__"}
+    exec(cells["setup"], ns)
+    if f"{task_id}_buggy" in cells:
+        stdout, sys.stdout = sys.stdout, io.StringIO()
+        try:
+            exec(cells[f"{task_id}_buggy"], ns)
+        finally:
+            sys.stdout = stdout
+    return ns
+
+
+def _entry(task_id: str, source: str):
+    ns = _namespace(task_id)
+    exec(source, ns)
+    return ns[TASKS[task_id].entry]
+
+
+def _grade(task_id: str, fn) -> tuple[float, int, str]:
+    return score(task_id, outputs_of(task_id, fn))
+
+
+def test_the_lesson_has_four_tasks_worth_ten_points_two_questions_and_a_find_the_bug_task():
+    lesson = [t for t in TASKS.values() if t.id.startswith("11_")]
+    tasks = [t for t in lesson if t.run != "answer"]
+    assert [t.id for t in tasks] == list(TASK_IDS)
+    assert sum(t.points for t in tasks) == 10 and len(lesson) - len(tasks) == 2
+    assert "11_fix_interleaved_mrope_buggy" in _cells()
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_reference_solution_gets_full_marks_and_the_stub_zero(task_id):
+    points, max_points, feedback = _grade(task_id, _entry(task_id, _cells()[task_id]))
+    assert points == max_points, feedback
+
+    def stub(*args):
+        raise NotImplementedError("Your code here")
+
+    points, _, feedback = _grade(task_id, stub)
+    assert points == 0 and "not implemented yet" in feedback
+
+
+MUTANTS = [
+    ("11_sincos_2d", "torch.cat((ax.sin(), ax.cos(), ay.sin(), ay.cos()), dim=1)",
+     "torch.cat((ay.sin(), ay.cos(), ax.sin(), ax.cos()), dim=1)", "encodes the row y"),
+    ("11_sincos_2d", "torch.cat((ax.sin(), ax.cos(), ay.sin(), ay.cos()), dim=1)",
+     "torch.cat((torch.stack((ax.sin(), ax.cos()), -1).flatten(1), torch.stack((ay.sin(), ay.cos()), -1)"
+     ".flatten(1)), dim=1)", "interleaves sin and cos"),
+    ("11_sincos_2d", "/ quarter)", "/ (2 * quarter))", "d_model/2 in the exponent"),
+    ("11_axial_rope", "theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+     "theta = 10000.0 ** (-(torch.arange(0, d, 2, dtype=torch.float64) + sum(axes_dims[:a])) / x.shape[-1])",
+     "over the whole head"),
+    ("11_axial_rope", "positions[:, a:a + 1]", "positions.flip(-1)[:, a:a + 1]", "reverse order"),
+    ("11_axial_rope", "a, b = x.double()[..., 0::2], x.double()[..., 1::2]  # (..., T, Dh/2) each\n"
+     "    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
+     "a, b = x.double().chunk(2, dim=-1)\n"
+     "    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
+     "the half layout"),
+    ("11_mrope_positions", "top = int(parts[-1].max())",
+     "top = int(parts[-1][0].max()) if isinstance(seg, int) else start + seg[0] * seg[1] * seg[2] - 1",
+     "by its number of tokens"),
+    ("11_mrope_positions", "top = int(parts[-1].max())", "top = int(parts[-1].max()) if isinstance(seg, int) "
+     "else start + max(seg[1], seg[2]) - 1", "max(h, w) only"),
+    ("11_mrope_positions", "parts.append(torch.stack((ti, hi, wi)).reshape(3, -1) + start)",
+     "parts.append(torch.stack((ti.reshape(-1) + start, hi.reshape(-1), wi.reshape(-1))))", "start at 0"),
+    ("11_fix_interleaved_mrope", "a, b = x.double()[..., : dh // 2], x.double()[..., dh // 2:]\n"
+     "    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
+     "a, b = x.double()[..., 0::2], x.double()[..., 1::2]\n"
+     "    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)", "(2j, 2j + 1)"),
+    ("11_fix_interleaved_mrope", "stream[(j % 3 == 1) & (j < 3 * s1)] = 1  # height\n"
+     "    stream[(j % 3 == 2) & (j < 3 * s2)] = 2  # width",
+     "stream[(j % 3 == 1) & (j < 3 * s1)] = 2\n    stream[(j % 3 == 2) & (j < 3 * s2)] = 1",
+     "time, width, height"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "old", "new", "diagnosis"), MUTANTS,
+                         ids=[f"{m[0]}:{m[3]}" for m in MUTANTS])
+def test_known_wrong_implementation_gets_its_diagnosis(task_id, old, new, diagnosis):
+    source = _cells()[task_id]
+    assert old in source, f"the reference of {task_id} changed; update this mutant"
+    points, max_points, feedback = _grade(task_id, _entry(task_id, source.replace(old, new)))
+    assert points < max_points
+    assert diagnosis in feedback, feedback
+    assert "Hint:" in feedback
+
+
+def test_the_shown_buggy_mrope_scores_zero_with_its_diagnosis():
+    buggy = _namespace("11_fix_interleaved_mrope")["mrope_buggy"]
+    points, _, feedback = _grade("11_fix_interleaved_mrope", buggy)
+    assert points == 0
+    assert "your sections are chunked" in feedback
+
+
+@pytest.mark.parametrize("cheat", [
+    ("11_sincos_2d", "def sincos_2d_table(grid_h, grid_w, d_model):\n"
+     "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
+    ("11_axial_rope", "def axial_rope(x, positions, axes_dims):\n"
+     "    return posenc_lesson.apply_axial_rope(x, positions, tuple(axes_dims))"),
+    ("11_axial_rope", "def axial_rope(x, positions, axes_dims):\n"
+     "    parts, s = [], 0\n    for a, d in enumerate(axes_dims):\n"
+     "        parts.append(posenc_lesson.apply_rope(x[..., s:s + d], positions[:, a]))\n        s += d\n"
+     "    return torch.cat(parts, dim=-1)"),
+    ("11_mrope_positions", "def mrope_position_ids(segments):\n"
+     "    return posenc_lesson.mrope_positions([s if isinstance(s, int) else tuple(s) for s in segments])"),
+    ("11_fix_interleaved_mrope", "def mrope_fixed(x, positions, mrope_section):\n"
+     "    return posenc_lesson.apply_mrope(x, positions, mrope_section, interleaved=True)"),
+], ids=lambda c: c[0])
+def test_answers_that_call_the_library_score_zero(cheat):
+    task_id, source = cheat
+    ns = _namespace(task_id)
+    ns["posenc_lesson"] = posenc_lesson
+    exec(source, ns)
+    points, _, feedback = _grade(task_id, ns[TASKS[task_id].entry])
+    assert points == 0
+    assert "implement it yourself" in feedback and "your answer calls" in feedback, feedback
+
+
+def test_feedback_never_contains_the_reference_values():
+    source = _cells()["11_sincos_2d"].replace("ax.sin(), ax.cos(), ay.sin(), ay.cos()",
+                                              "ay.sin(), ay.cos(), ax.sin(), ax.cos()")
+    _, _, feedback = _grade("11_sincos_2d", _entry("11_sincos_2d", source))
+    for case in TASKS["11_sincos_2d"].cases():
+        for value in topic._table_ref(*case).flatten().tolist()[1:40]:
+            if abs(value) not in (0.0, 1.0):
+                assert f"{value:.4f}" not in feedback
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or not torch.equal(x, y)):
+            return False
+        if not isinstance(x, torch.Tensor) and x != y:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_hidden_inputs_are_fresh_valid_and_graded_the_same_way(task_id):
+    reference = _entry(task_id, _cells()[task_id])
+    visible = HIDDEN[task_id](0)
+    assert len(visible) == len(TASKS[task_id].cases())
+    for seed in (1, 2, 3):
+        cases, again = HIDDEN[task_id](seed), HIDDEN[task_id](seed)
+        assert len(cases) >= 3
+        assert all(_same(a, b) for a, b in zip(cases, again, strict=True))
+        assert not all(_same(a, b) for a, b in zip(cases, visible, strict=False))
+        fraction, feedback, *_ = TASKS[task_id].judge([reference(*c) for c in cases], cases)
+        assert fraction == 1.0, (seed, feedback)
+    mutant = next(m for m in MUTANTS if m[0] == task_id)
+    wrong = _entry(task_id, _cells()[task_id].replace(mutant[1], mutant[2]))
+    cases = HIDDEN[task_id](7)
+    fraction, feedback, *_ = TASKS[task_id].judge([wrong(*c) for c in cases], cases)
+    assert fraction < 1.0 and mutant[3] in feedback
+
+
+def test_hidden_inputs_keep_the_stated_constraints():
+    for seed in range(1, 6):
+        for h, w, d in topic._table_cases(seed):
+            assert 2 <= h <= 9 and 2 <= w <= 9 and d % 4 == 0
+        for x, positions, axes in topic._axial_cases(seed):
+            assert sum(axes) == x.shape[-1] and all(a % 2 == 0 for a in axes)
+            assert positions.shape == (x.shape[-2], len(axes)) and not positions.is_floating_point()
+        long_video = False
+        for (segments,) in topic._positions_cases(seed):
+            assert isinstance(segments[0], int)
+            long_video |= any(not isinstance(s, int) and s[0] > max(s[1], s[2]) for s in segments)
+        assert long_video  # the case where transformers 5's step differs is always among them
+        for x, positions, section in topic._fix_cases(seed):
+            assert sum(section) == x.shape[-1] // 2 and positions.shape == (3, x.shape[-2])
+            assert 3 * section[1] <= sum(section) and 3 * section[2] <= sum(section)
