@@ -75,3 +75,20 @@ def test_the_committed_csv_is_the_full_lab():
 def test_bad_scheme_is_a_value_error():
     with pytest.raises(ValueError, match="scheme must be one of"):
         lab.TinyViT("alibi", vocab_size=8, d_model=16, num_heads=2, num_layers=1, train_grid=4)
+
+
+def test_the_numbers_lesson_11_quotes_are_the_committed_csvs():
+    import nbformat
+
+    nb = nbformat.read(lab.RESULTS_CSV.parent / "11_beyond_one_axis.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    rows = lab.read_csv()
+
+    def span(scheme, grid, positions):
+        values = [r["token_accuracy"] for r in rows if (r["scheme"], r["grid"], r["positions"]) ==
+                  (scheme, grid, positions)]
+        return f"{min(values):.2f}–{max(values):.2f}"
+
+    for quoted in (span("sincos", 6, "moved"), span("rope_norm", 12, "train_spacing"),
+                   span("rope", 12, "window"), span("rope", 12, "as trained")):
+        assert quoted in text, quoted
