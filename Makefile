@@ -17,7 +17,7 @@ help:
 	@echo "make test         library tests, lint, then every notebook through nbval"
 	@echo "make lint         ruff check"
 	@echo "make exercises    regenerate exercises/ from solutions/"
-	@echo "make experiments  rerun the two labs (length extrapolation, context extension) and rewrite their CSVs"
+	@echo "make experiments  rerun the labs (length extrapolation, context extension, resolution) and rewrite their CSVs"
 	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
 	@echo "make book         build the course website into _build/book/html (EXECUTE=1 reruns the lessons first)"
 
