@@ -7,6 +7,8 @@
                  (what `make experiments` runs) rewrites its CSV in notebooks/
     context_extension  lesson 09's lab: a trained RoPE model stretched to 4L five ways, zero-shot
                  and fine-tuned (python -m posenc_lesson.lab.context_extension, also in `make experiments`)
+    vision_lab   lesson 11's lab: a tiny ViT-like encoder trained on 6x6 grids, tested up to 12x12
+                 (python -m posenc_lesson.lab.vision_lab, also in `make experiments`)
 
 The lab imports the math modules (``posenc_lesson.attention``, ``rope``, ...) and never the
 tasks or the grader. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
