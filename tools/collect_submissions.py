@@ -2,14 +2,15 @@
 
     # The Littlest JupyterHub: user alice's home is /home/jupyter-alice (run as root)
     sudo .venv/bin/python tools/collect_submissions.py --homes '/home/jupyter-{student}' \\
-        --course posenc-lesson --out submissions
+        --course posenc-lesson --exercise 01 --out submissions
     .venv/bin/posenc-grade --jobs 2 --out grades submissions/
 
 For each home folder matching --homes ({student} stands for the learner's name), copies
-<home>/<course>/exercises/NN_*.ipynb to <out>/<student>/NN_*.ipynb: the layout posenc-grade
-reads. Only regular files are copied (a link in a learner's folder is skipped and reported),
-the learners' files are never changed, and an existing <out>/<student>/ is refused unless
---force (a collection is a snapshot: collect into a fresh folder each time).
+<home>/<course>/exercises/NN_*.ipynb to <out>/<student>/NN_*.ipynb (with --exercise NN, only
+that lesson's; the default is every exercise notebook): the layout posenc-grade reads. Only
+regular files are copied (a link in a learner's folder is skipped and reported), the learners'
+files are never changed, and an existing <out>/<student>/ is refused unless --force (a
+collection is a snapshot: collect into a fresh folder each time).
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ import sys
 from pathlib import Path
 
 
-def collect(homes: str, course: str, out: Path, *, force: bool = False) -> dict[str, list[str]]:
+def collect(homes: str, course: str, out: Path, *, exercise: str = "[0-9][0-9]",
+            force: bool = False) -> dict[str, list[str]]:
     """Copy each learner's exercises; returns {student: [notebook names]}.
 
     Args:
         homes: a path template with "{student}" in it, e.g. "/home/jupyter-{student}".
         course: the folder in each home the course was pulled into (nbgitpuller's targetpath).
         out: the submissions folder to write, one sub-folder per student.
+        exercise: the lesson number(s) to collect, e.g. "01" (a glob; default every lesson).
     """
     if homes.count("{student}") != 1:
         raise ValueError("homes must contain {student} once, e.g. '/home/jupyter-{student}'; "
@@ -47,7 +50,7 @@ def collect(homes: str, course: str, out: Path, *, force: bool = False) -> dict[
             raise FileExistsError(f"{dest} exists: collect into a fresh folder, or pass --force")
         dest.mkdir(parents=True, exist_ok=True)
         names = []
-        for nb in sorted(exercises.glob("[0-9][0-9]_*.ipynb")):
+        for nb in sorted(exercises.glob(f"{exercise}_*.ipynb")):
             if nb.is_symlink() or not nb.is_file():
                 print(f"skipped {nb}: not a regular file", file=sys.stderr)
                 continue
@@ -62,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--homes", required=True, help="home folder template, e.g. '/home/jupyter-{student}'")
     parser.add_argument("--course", default="posenc-lesson", help="the course's folder in each home")
     parser.add_argument("--out", type=Path, required=True, help="the submissions folder to write")
+    parser.add_argument("--exercise", default="[0-9][0-9]", help="one lesson's number, e.g. 01 (all)")
     parser.add_argument("--force", action="store_true", help="add to existing student folders")
     args = parser.parse_args(argv)
-    collected = collect(args.homes, args.course, args.out, force=args.force)
+    collected = collect(args.homes, args.course, args.out, exercise=args.exercise, force=args.force)
     for student, names in collected.items():
         print(f"{student}: {len(names)} notebooks")
     if not collected:
