@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from pathlib import Path
 
@@ -179,6 +180,23 @@ def test_lab_rows_are_the_same_bytes_on_a_rerun(tmp_path, one_thread):
 def test_lab_refuses_bad_workers():
     with pytest.raises(ValueError, match="workers"):
         lm_lab.run_lm_lab(TINY, workers=0)
+
+
+def test_committed_csv_holds_every_scheme_seed_and_length():
+    config = lm_lab.FULL
+    rows = lm_lab.read_csv()
+    assert {r["train_length"] for r in rows} == {config.train_length}
+    for scheme in SCHEMES:
+        for seed in config.seeds:
+            lengths = {r["length"] for r in rows if r["scheme"] == scheme and r["seed"] == seed
+                       and r["metric"] == "bpb_nonoverlapping" and r["variant"] == "-"}
+            expected = {n for n in config.eval_lengths if scheme != "learned" or n <= config.train_length}
+            assert lengths == expected, (scheme, seed)
+    assert min(config.eval_lengths) <= config.train_length // 2
+    assert max(config.eval_lengths) >= 8 * config.train_length
+    assert all(math.isfinite(r["value"]) and r["value"] > 0 for r in rows)
+    timing = lm_lab.read_timing_csv()
+    assert {(r["scheme"], r["seed"]) for r in timing} == {(s, seed) for s in SCHEMES for seed in config.seeds}
 
 
 def test_fast_config_is_the_full_lab_made_smaller():
