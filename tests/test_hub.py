@@ -159,11 +159,14 @@ class Hub:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hub")
-    # the course as the hub would fetch it: a bare clone of this repository's HEAD, over file://
+    # the course as the hub would fetch it: this repository's HEAD (a branch or, in CI, a detached
+    # checkout) as branch main of a bare repository, over file://
     course = tmp / "course.git"
-    subprocess.run(["git", "clone", "-q", "--bare", "--depth", "1", "--branch", "main",
-                    ROOT.as_uri(), str(course)], check=True, timeout=120,
-                   env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    git_env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(course)], check=True, timeout=60,
+                   env=git_env)
+    subprocess.run(["git", "push", "-q", str(course), "HEAD:refs/heads/main"], cwd=ROOT, check=True,
+                   timeout=120, env=git_env)
     # learners' homes, with the test's JupyterLab settings; one matplotlib cache for all kernels
     for user in LEARNERS:
         for rel, values in LAB_SETTINGS.items():
