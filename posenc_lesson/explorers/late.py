@@ -1,0 +1,127 @@
+"""Explorers of lessons 06, 07 and 09: one RoPE pair, ALiBi's heads, stretched frequencies.
+
+Each function draws one figure for one setting of its explorer's controls (its keyword
+arguments, defaults = the first frame); lessons call them through ``viz.explorer``, the
+website renders them for every setting it offers (``posenc_lesson.explorers.EXPLORERS``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from .. import viz
+from ..alibi import alibi_bias, alibi_slopes
+from ..attention import causal_mask, scaled_dot_product_attention
+from ..rope import apply_rope, rope_frequencies, rope_rotation_matrix
+from ..rope_scaling import scaled_rope_frequencies
+
+# lesson 09's colours, one per scaling method
+COLOURS = {"none": "0.45", "linear": "C0", "ntk": "C1", "dynamic": "C4", "yarn": "C2", "llama3": "C3"}
+# lesson 09's head: Dh, base and training length of a Llama-sized model
+DH, BASE, T_ORIG = 128, 10_000.0, 4096
+
+
+def rope_pair_explorer(position=5, pair=0, look_back=3):
+    """Lesson 06: pair `pair` of a query turned to position m = `position` against a key at 0,
+    and the score against offset of a 16-channel head built to look `look_back` back."""
+    Dh = 16
+    g = torch.Generator().manual_seed(0)
+    phase = torch.rand(Dh // 2, generator=g) * 2 * math.pi
+    radius = 2 * torch.exp(-torch.arange(Dh // 2) / 3)
+    q = torch.stack((radius * phase.cos(), radius * phase.sin()), dim=-1).flatten()  # (Dh,)
+    k = rope_rotation_matrix(look_back, Dh) @ q                                      # (Dh,)
+    offsets = torch.arange(41)
+    q_rot = apply_rope(q.expand(41, Dh).contiguous(), offsets)                       # (41, Dh)
+    k_rot = apply_rope(k[None], torch.tensor([0]))[0]                                # (Dh,)
+    score = q_rot @ k_rot / math.sqrt(Dh)                                            # (41,)
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4))
+    r = float(radius[pair])
+    circle = torch.linspace(0, 2 * math.pi, 200)
+    ax0.plot(r * circle.cos(), r * circle.sin(), color="0.85")
+    trail = q_rot[: position + 1, 2 * pair: 2 * pair + 2]
+    ax0.scatter(trail[:, 0], trail[:, 1], s=12, color="C0", alpha=0.4)
+    qx, qy = q_rot[position, 2 * pair: 2 * pair + 2].tolist()
+    kx, ky = k_rot[2 * pair: 2 * pair + 2].tolist()
+    ax0.annotate("", (qx, qy), (0, 0), arrowprops=dict(arrowstyle="->", color="C0", lw=2))
+    ax0.annotate("", (kx, ky), (0, 0), arrowprops=dict(arrowstyle="->", color="C1", lw=2))
+    ax0.annotate(f"q at m={position}", (qx, qy), textcoords="offset points", xytext=(8, 8), color="C0")
+    ax0.annotate("k at n=0", (kx, ky), textcoords="offset points", xytext=(8, -14), color="C1")
+    ax0.set_xlim(-1.2 * r, 1.2 * r)
+    ax0.set_ylim(-1.2 * r, 1.2 * r)
+    ax0.set_aspect("equal")
+    angle = position * float(rope_frequencies(Dh)[pair])
+    ax0.set_title(f"pair {pair}: query turned by m*theta = {angle:.2f} rad")
+    ax0.set_xlabel(f"channel {2 * pair}")
+    ax0.set_ylabel(f"channel {2 * pair + 1}")
+    ax1.plot(offsets, score, marker=".")
+    ax1.axvline(position, color="C0", lw=1)
+    ax1.plot([position], [score[position]], "o", color="C0", ms=9)
+    ax1.set_title(f"score vs offset (head built to look {look_back} back)")
+    ax1.set_xlabel("offset m - n (query at m, key at 0)")
+    ax1.set_ylabel("score / sqrt(Dh)")
+    plt.tight_layout()
+    plt.show()
+
+
+def alibi_explorer(num_heads=8, seq_len=32, head=0):
+    """Lesson 07: ALiBi's bias of one head (a head past the last is the last), and the
+    attention weights of the last query in every head, from the bias alone."""
+    head = min(head, num_heads - 1)
+    slopes = alibi_slopes(num_heads)
+    bias = alibi_bias(num_heads, seq_len)                                   # (H, T, T)
+    zeros = torch.zeros(num_heads, seq_len, 4)
+    _, w = scaled_dot_product_attention(zeros, zeros, zeros, bias=bias, causal=True)  # (H, T, T)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    viz.heatmap(bias[head].masked_fill(causal_mask(seq_len, seq_len), float("nan")), ax=ax0,
+                title=f"head {head} of {num_heads}: m = 2^{math.log2(slopes[head].item()):.3g}",
+                xlabel="key j", ylabel="query i", cbar_label="bias", cmap="viridis",
+                vmin=-10, vmax=0)
+    for h in range(num_heads):
+        ax1.plot(w[h, -1], color=plt.cm.viridis(h / max(num_heads - 1, 1)),
+                 lw=3 if h == head else 1, alpha=1 if h == head else 0.6)
+    heads = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, max(num_heads - 1, 1)))
+    fig.colorbar(heads, ax=ax1, label="head h (bold: the chosen head)")
+    ax1.set_title(f"attention of the last query (i = {seq_len - 1}), bias only")
+    ax1.set_xlabel("key j")
+    ax1.set_ylabel("attention weight")
+    plt.tight_layout()
+    plt.show()
+
+
+def stretch_explorer(method="yarn", factor=8.0):
+    """Lesson 09: each pair's new theta over the old for one scaling method and factor s, and
+    the largest angle (T - 1) theta_i per pair at the training length and at s * T_train."""
+    two_i = torch.arange(0, DH, 2, dtype=torch.float64)                     # (DH/2,) 2i
+    theta0 = BASE ** (-two_i / DH)                                          # (DH/2,) the trained theta_i
+    wavelength0 = 2 * math.pi / theta0                                      # (DH/2,)
+    target = int(factor * T_ORIG)
+    new_theta, scale = scaled_rope_frequencies(DH, base=BASE, method=method, factor=factor,
+                                               original_max_len=T_ORIG, seq_len=target)
+    new_theta = new_theta.double()                                           # (DH/2,)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax0.loglog(wavelength0, new_theta / theta0, marker=".", color=COLOURS[method])
+    ax0.axhline(1 / factor, color="0.7", lw=0.8)
+    ax0.set_ylim(min(0.5 / factor, 0.5), 1.5)
+    ax0.set_title(f"{method}, s = {factor:g}: per-pair scale (attention scale {scale:.3f})")
+    ax0.set_xlabel("wavelength (tokens)")
+    ax0.set_ylabel("new theta / old theta")
+    ax1.loglog(wavelength0, (T_ORIG - 1) * theta0, color="0.55", lw=2,
+               label=f"training, offsets < {T_ORIG}")
+    ax1.loglog(wavelength0, (target - 1) * theta0, color="k", ls="--", lw=1,
+               label=f"length {target}, no scaling")
+    ax1.loglog(wavelength0, (target - 1) * new_theta, color=COLOURS[method],
+               label=f"length {target}, {method}")
+    ax1.axhline(2 * math.pi, color="k", lw=0.6, ls=":")
+    ax1.set_title("Largest angle (T - 1) theta_i per pair")
+    ax1.set_xlabel("wavelength (tokens)")
+    ax1.set_ylabel("radians")
+    ax1.legend(fontsize=8)
+    for ax in (ax0, ax1):
+        ax.axvline(T_ORIG, color="k", lw=0.8, ls="--")
+        ax.axvline(target, color="k", lw=0.8, ls=":")
+    plt.tight_layout()
+    plt.show()
