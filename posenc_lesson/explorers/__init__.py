@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import early, late
+from .early import draw_offset, draw_t5, explore_table, t5_explorer
+from .late import alibi_explorer, rope_pair_explorer, stretch_explorer
 
 MAX_FRAMES = 200  # per explorer: the product of its controls' value counts
 
@@ -149,4 +151,6 @@ for _e in _REGISTERED:
     assert _n <= MAX_FRAMES, f"explorer {_e.id} has {_n} frames, more than {MAX_FRAMES}"
     assert all(v in _e.controls[k] for k, v in _e.defaults().items()), f"{_e.id}: a default is not offered"
 
-__all__ = ["EXPLORERS", "MAX_FRAMES", "Explorer", "early", "label", "late", "render"]
+__all__ = ["EXPLORERS", "MAX_FRAMES", "Explorer", "alibi_explorer", "draw_offset", "draw_t5", "early",
+           "explore_table", "label", "late", "render", "rope_pair_explorer", "stretch_explorer",
+           "t5_explorer"]
