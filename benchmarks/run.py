@@ -14,6 +14,8 @@ It writes benchmarks/README.md (the report) and benchmarks/*.png (its plots):
        (measured outside this script, read from benchmarks/measured.json).
     5. Grading: seconds per submission, posenc-grade against `nbgrader autograde`, and the
        throughput of posenc-grade --jobs 2.
+    7. The website: `make book` into a fresh folder and again with nothing changed, the site's
+       total size and its explorer frames' (section 6 is the sizing of tools/measure_sizing.py).
 
 Every time is the median of repeated runs; the implementations of one table are timed in
 turn, round after round, so that a slow moment of the machine hits them all alike and the
@@ -343,6 +345,29 @@ def bench_lm_lab(args, log) -> dict:
     return out
 
 
+# ---- 7. the website ----------------------------------------------------------------------------
+
+def bench_book(args, log) -> dict:
+    """`make book` into a fresh folder (the explorers' frames from _build/cache/explorers where
+    they are cached), then again with nothing changed; the site's total size and its frames'."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in ("fresh", "unchanged"):
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), "--build-dir", tmp],
+                                  cwd=ROOT, capture_output=True, text=True)
+            rows[f"{run}_s"] = time.perf_counter() - t0
+            if done.returncode != 0:
+                return {"error": done.stderr.strip()[-300:]}
+            log(f"make book ({run}): {rows[f'{run}_s']:.1f} s")
+        site = Path(tmp) / "html"
+        files = [f for f in site.rglob("*") if f.is_file()]
+        frames = [f for f in (site / "_static" / "explorers").rglob("*.png")]
+        rows.update(site_mb=sum(f.stat().st_size for f in files) / 1e6, files=len(files), frames=len(frames),
+                    frames_mb=sum(f.stat().st_size for f in frames) / 1e6)
+    return rows
+
+
 # ---- 5. grading ------------------------------------------------------------------------------
 
 NBGRADER_CONFIG = """\
@@ -621,6 +646,17 @@ def write_report(res: dict, path: Path) -> None:
                 w("")
     if res.get("sizing"):  # section 6, written by tools/measure_sizing.py (issue 26)
         w(res["sizing"])
+    book = res.get("book")
+    if book:  # section 7
+        w("## 7. The website (`make book`)\n")
+        if "error" in book:
+            w(f"The build failed: {book['error']}\n")
+        else:
+            w(f"A build into a fresh folder took {book['fresh_s']:.1f} s (explorer frames from the cache in "
+              f"_build/cache/explorers where present), a rebuild with nothing changed "
+              f"{book['unchanged_s']:.1f} s. "
+              f"The site holds {book['files']} files, {book['site_mb']:.1f} MB, of which {book['frames']} "
+              f"explorer frames take {book['frames_mb']:.1f} MB.\n")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -712,7 +748,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="timing rounds per row (default 11, quick 5)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip", default="", help="comma list of sections to skip: "
-                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing")
+                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing,book")
     parser.add_argument("--measured", type=Path, default=HERE / "measured.json",
                         help="JSON with make_test_s and how (measured outside this script)")
     parser.add_argument("--out", type=Path, default=HERE / "README.md")
@@ -723,7 +759,7 @@ def main() -> None:
     args.rounds = args.rounds or (5 if args.quick else 11)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:
-        skip |= {"notebooks", "lm_lab", "grading"}
+        skip |= {"notebooks", "lm_lab", "grading", "book"}
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -756,6 +792,8 @@ def main() -> None:
             subprocess.run(sizing, check=True, stdout=subprocess.DEVNULL)
         sys.path.insert(0, str(ROOT / "tools"))
         res["sizing"] = __import__("measure_sizing").markdown()
+    if "book" not in skip:
+        res["book"] = bench_book(args, log)
     res["machine"] = machine()
     res["total_s"] = time.perf_counter() - start
     write_report(res, args.out)
