@@ -9,6 +9,8 @@
                  and fine-tuned (python -m posenc_lesson.lab.context_extension, also in `make experiments`)
     vision_lab   lesson 11's lab: a tiny ViT-like encoder trained on 6x6 grids, tested up to 12x12
                  (python -m posenc_lesson.lab.vision_lab, also in `make experiments`)
+    field_bugs   lesson 12's lab: a trained copy model run as an inference engine runs it (positions per
+                 row and their dtype, layout, mask, ALiBi slopes), with six shipped bugs switched on
 
 The lab imports the math modules (``posenc_lesson.attention``, ``rope``, ...) and never the
 tasks or the grader. Its public names are also at the top: ``posenc_lesson.TinyDecoder``,
