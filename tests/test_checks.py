@@ -193,7 +193,10 @@ MUTANTS = [
      "pass through unchanged"),
     ("08_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
      "every position"),
-    ("08_predict_order", '"none, 1 layer": False', '"none, 1 layer": True', "1 of 6 predictions"),
+    ("08_predict_order", '"none, 1 layer": False', '"none, 1 layer": True',
+     "one layer without positions notices the swap"),
+    ("08_predict_order", '"none, 2 layers": True', '"none, 2 layers": False', "no layer tells the order"),
+    ("08_predict_order", '"rope, 1 layer": True', '"rope, 1 layer": False', "1 of 6 predictions"),
 ]
 
 
@@ -327,6 +330,9 @@ CHEATS = {
     "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
                          "def copy_accuracy_by_position(tokens, logits):\n"
                          "    return lab(tokens, logits)"),
+    "08_diagnose_dip": ("from posenc_lesson.tasks.copy_accuracy import _diagnose\n"
+                        "def diagnose_dip(lengths, base, ablated, train_length):\n"
+                        "    return tuple(_diagnose(lengths, base, ablated, train_length).tolist())"),
     "09_pi_frequencies": ("def pi_frequencies(head_dim, factor, base=10000.0):\n"
                           "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, "
                           "method='linear', factor=factor, original_max_len=1)[0]"),

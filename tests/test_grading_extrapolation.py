@@ -1,7 +1,10 @@
-"""Lesson 08's task 08_copy_accuracy: full marks for the right answer, the promised diagnosis for
-each real mistake, 0 for an answer that calls the lab, and inputs within the statement for any seed."""
+"""Lesson 08's tasks 08_copy_accuracy and 08_diagnose_dip: full marks for the right answer, the promised
+diagnosis for each real mistake, 0 for an answer that calls the lab, and inputs within the statement for
+any seed; the prediction task's key misconceptions; the concept questions' measured numbers are the CSV's."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from posenc_lesson.tasks.judges import close
 
 load_topics()
 TASK = "08_copy_accuracy"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _grade(fn) -> tuple[float, int, str]:
@@ -139,3 +143,101 @@ def test_the_visible_cases_span_a_falling_accuracy():
     tokens, logits = topic._accuracy_cases(0)[0]
     acc = right(tokens, logits)
     assert acc[0] > acc[-1]
+
+
+# --------------------------------------------------------------------------------------
+# 08_diagnose_dip: where is RoPE's dip, and which pair makes it (an ablation read, graded cheaply)
+# --------------------------------------------------------------------------------------
+
+def diagnose_dip(lengths, base, ablated, train_length):
+    for i in range(1, len(lengths) - 1):
+        if lengths[i] > train_length and base[i] < base[i - 1] and base[i] <= base[i + 1]:
+            return lengths[i], max(sorted(ablated), key=lambda p: ablated[p][i] - base[i])
+    raise ValueError("no dip")
+
+
+def test_the_dip_task_gives_full_marks_to_the_statement_and_finds_pair_1_in_the_lab():
+    assert score("08_diagnose_dip", outputs_of("08_diagnose_dip", diagnose_dip))[:2] == (2.0, 2)
+    for seed, (base, ablated) in topic._LAB_CURVES.items():  # the lab's three seeds: n = 26, pair 1
+        assert diagnose_dip(topic._LAB_LENGTHS, base, ablated, 16) == (26, 1), seed
+
+
+@pytest.mark.parametrize("seed", [1, 7, 123])
+def test_the_dip_tasks_hidden_cases_vary_and_every_mistake_shows(seed):
+    """Hidden cases differ by seed; on every seed's cases each known mistake gets something wrong, the
+    dip stays the only local minimum past L, and the culprit leads the next pair by a clear margin."""
+    cases = topic._dip_cases(seed)
+    assert cases != topic._dip_cases(seed + 1)
+    both = topic._dip_cases(seed) + topic._dip_cases(seed + 1)
+    answers = {tuple(topic._diagnose(*c).tolist()) for c in both}
+    assert len(answers) > 1  # no single answer passes
+    for mistake in topic._DIP_MISTAKES:
+        outs = []
+        for case in cases:
+            try:
+                outs.append(close(mistake.compute(*case).double(), topic._diagnose(*case).double()))
+            except ValueError:
+                outs.append(False)
+        assert not all(outs), mistake.id
+    for lengths, base, ablated, L in cases:
+        i = topic._dip_at(lengths, base, L)
+        gains = sorted((c[i] - base[i] for c in ablated.values()), reverse=True)
+        assert gains[0] - gains[1] > 0.05
+
+
+def test_the_dip_tasks_lab_curves_are_the_lessons_printout():
+    """The task's lab cases are lesson 08's stored ablation output (section 6.1), number for number."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "08_length_extrapolation.ipynb", as_version=4)
+    (text,) = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
+               for o in c.outputs if "seed 0, pair 1 off:" in "".join(o.get("text", ""))]
+    printed = {}
+    for line in text.splitlines():
+        label, values = line.split(":")
+        printed[label.strip()] = [float(v) for v in values.split()]
+    for seed, (base, ablated) in topic._LAB_CURVES.items():
+        assert printed[f"seed {seed}, as trained"] == base
+        for pair, curve in ablated.items():
+            assert printed[f"seed {seed}, pair {pair} off"] == curve
+
+
+def test_grading_the_dip_task_is_cheap():
+    import time
+
+    start = time.perf_counter()
+    for seed in range(1, 21):
+        cases = topic._dip_cases(seed)
+        TASKS["08_diagnose_dip"].judge([list(topic._diagnose(*c).tolist()) for c in cases], cases)
+    assert (time.perf_counter() - start) / 20 < 0.25
+
+
+# --------------------------------------------------------------------------------------
+# 08_predict_order's key misconceptions, and the concept questions' measured truth
+# --------------------------------------------------------------------------------------
+
+_RIGHT = {"none, 1 layer": False, "sinusoidal, 1 layer": True, "learned, 1 layer": True,
+          "rope, 1 layer": True, "alibi, 1 layer": True, "none, 2 layers": True}
+
+
+@pytest.mark.parametrize(("change", "mistake"), [
+    ({"none, 2 layers": False}, "extrapolation.nope_two_layers_order_blind"),
+    ({"none, 1 layer": True}, "extrapolation.nope_one_layer_sees_order"),
+    ({"rope, 1 layer": False}, "generic.wrong_unknown"),
+])
+def test_the_prediction_names_its_key_misconceptions(change, mistake):
+    from posenc_lesson.tasks import assess
+
+    assert assess("08_predict_order", [dict(_RIGHT)]).points == 1.0
+    result = assess("08_predict_order", [{**_RIGHT, **change}])
+    assert result.points == 0.0 and result.mistake == mistake
+
+
+def test_the_defined_everywhere_question_quotes_the_labs_csv():
+    from posenc_lesson.lab.experiments import read_why_csv
+    from posenc_lesson.tasks import extrapolation
+
+    rows = read_why_csv(ROOT / "notebooks" / "08_why.csv")
+    for cell, value in extrapolation._WHY_SINUSOIDAL.items():
+        values = [r["accuracy"] for r in rows if r["scheme"] == "sinusoidal" and r["cell"] == cell]
+        assert len(values) == 3 and abs(sum(values) / 3 - value) < 5e-5, cell

@@ -1,5 +1,6 @@
-"""Lesson 08's measurement task (exercises/08_length_extrapolation.ipynb): the lab's own
-measurement, token accuracy at each copied position k = 1 .. n of a copy-task batch.
+"""Lesson 08's measurement tasks (exercises/08_length_extrapolation.ipynb): the lab's own
+measurement, token accuracy at each copied position k = 1 .. n of a copy-task batch; and reading an
+ablation, which RoPE pair makes the dip (the lab's three seeds, and synthetic curves per hidden seed).
 
 Cases come from ``_accuracy_cases(seed)``: seed 0 the visible batches, any other seed fresh
 hidden ones within the statement. The answer may use the library, but not the lab's own
@@ -9,11 +10,14 @@ measurement nor the grader's reference. The mistakes' ids keep the lesson's topi
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from ..lab.copy_task import copy_batch
-from .judges import Mistake, call, seeded, tensor_judge
+from .judges import Mistake, call, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
@@ -124,4 +128,157 @@ register(Task(
                        "T = 2n + 2, so n = (T - 2) // 2; the prediction of x_k is "
                        "argmax(logits[:, n + k]) and the answer is tokens[:, n + k + 1]; average over "
                        "the batch."),
+))
+
+
+# --------------------------------------------------------------------------------------
+# 08_diagnose_dip: read an ablation. Where is RoPE's dip, and which pair makes it?
+# --------------------------------------------------------------------------------------
+# A case is (lengths, base, ablated, train_length): the test lengths n (increasing), the trained
+# model's token accuracy at each, {pair i: the accuracy with pair i switched off}, and L. The answer
+# is (dip, pair): the dip is the first local minimum past L (the smallest n > L, not the last length,
+# whose accuracy is below the one before it and not above the one after it); the pair is the one whose
+# switch-off raises the accuracy at the dip the most.
+
+_LAB_LENGTHS = list(range(2, 49, 2))
+# lesson 08's full lab, section 6.1's printout, n = 2 .. 48: RoPE as trained, and pairs 0, 1, 2 switched off
+# in layer 2 (a test checks these against the lesson's stored output)
+_LAB_PRINTOUT = {  # seed: (as trained, pair 0 off, pair 1 off, pair 2 off)
+    0: (
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.99 0.94 0.79 0.62 0.47 "
+        "0.39 0.44 0.59 0.67 0.73 0.57 0.29 0.17 0.12 0.10 0.10 0.09",
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.99 0.95 0.79 0.60 0.47 "
+        "0.40 0.42 0.59 0.70 0.71 0.56 0.31 0.16 0.12 0.10 0.10 0.09",
+        "1.00 1.00 1.00 1.00 1.00 1.00 0.99 0.97 0.94 0.91 0.90 0.85 "
+        "0.77 0.75 0.64 0.52 0.48 0.39 0.30 0.27 0.23 0.18 0.17 0.16",
+        "1.00 1.00 1.00 1.00 0.99 0.99 0.99 0.98 0.87 0.70 0.53 0.44 "
+        "0.39 0.44 0.59 0.72 0.83 0.73 0.47 0.30 0.21 0.17 0.17 0.21",
+    ),
+    1: (
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.97 0.84 0.69 0.52 "
+        "0.47 0.49 0.56 0.59 0.59 0.46 0.25 0.14 0.11 0.09 0.09 0.09",
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.99 0.97 0.84 0.68 0.53 "
+        "0.47 0.49 0.57 0.60 0.58 0.46 0.26 0.14 0.11 0.09 0.09 0.09",
+        "1.00 1.00 1.00 1.00 1.00 0.99 0.99 0.98 0.97 0.96 0.95 0.89 "
+        "0.82 0.74 0.60 0.46 0.40 0.32 0.24 0.21 0.18 0.15 0.14 0.13",
+        "1.00 1.00 1.00 1.00 1.00 0.99 0.99 0.99 0.92 0.75 0.63 0.50 "
+        "0.47 0.54 0.70 0.82 0.88 0.80 0.57 0.38 0.26 0.20 0.20 0.25",
+    ),
+    2: (
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.96 0.90 0.86 0.74 "
+        "0.67 0.68 0.62 0.55 0.47 0.34 0.26 0.19 0.19 0.16 0.15 0.16",
+        "1.00 1.00 1.00 1.00 1.00 1.00 1.00 1.00 0.97 0.91 0.85 0.75 "
+        "0.68 0.65 0.63 0.57 0.46 0.34 0.26 0.19 0.18 0.16 0.15 0.16",
+        "1.00 1.00 1.00 1.00 1.00 0.99 0.99 0.99 0.98 0.96 0.94 0.87 "
+        "0.77 0.70 0.56 0.46 0.40 0.31 0.26 0.22 0.21 0.18 0.17 0.16",
+        "1.00 1.00 1.00 1.00 1.00 0.99 0.99 0.99 0.92 0.85 0.82 0.75 "
+        "0.75 0.84 0.84 0.84 0.84 0.77 0.63 0.50 0.42 0.37 0.40 0.48",
+    ),
+}
+_LAB_CURVES = {seed: ([float(a) for a in curves[0].split()],
+                      {pair: [float(a) for a in c.split()] for pair, c in enumerate(curves[1:])})
+               for seed, curves in _LAB_PRINTOUT.items()}
+
+
+def _dip_at(lengths: list, base: list, train_length: int, past_l: bool = True) -> int:
+    """Index of the first local minimum of ``base`` (past L, unless past_l is False)."""
+    for i in range(1, len(lengths) - 1):
+        if (lengths[i] > train_length or not past_l) and base[i] < base[i - 1] and base[i] <= base[i + 1]:
+            return i
+    raise ValueError("this curve has no dip")
+
+
+def _diagnose(lengths: list, base: list, ablated: dict, train_length: int, *, dip: int | None = None,
+              score: Any = None, choose: Any = max) -> Tensor:
+    """(dip length, pair): the pair whose switch-off raises accuracy at the dip the most. (2,)"""
+    i = _dip_at(lengths, base, train_length) if dip is None else dip
+    score = score or (lambda curve, i: curve[i] - base[i])
+    pair = choose(sorted(ablated), key=lambda p: score(ablated[p], i))
+    return torch.tensor([float(lengths[i]), float(pair)])
+
+
+def _synthetic_curves(g: torch.Generator) -> tuple:
+    """A RoPE-like case: a decay past L, a dip one pair causes (switching it off fills the dip in), one
+    pair that helps far out instead, the others near the base. Steps of at least 0.02 keep the dip the
+    only local minimum past L; a shallow wiggle inside the training range is not one."""
+    L = pick(g, (8, 12, 16))
+    step = pick(g, (1, 2))
+    lengths = list(range(step, 3 * L + 1, step))
+    pairs = sorted(torch.randperm(6, generator=g)[:draw(g, 3, 4)].tolist())
+    culprit = pick(g, pairs)
+    helper = pick(g, [p for p in pairs if p != culprit])
+    dip_n = L + step * draw(g, 3, max(3, (L // 2) // step + 2))
+    depth = 0.25 + 0.05 * draw(g, 0, 4)
+    base, filled, far = [], [], []
+    for n in lengths:
+        decay = 1.0 if n <= L else max(0.1, 1.0 - 0.6 * (n - L) / (2 * L))
+        wiggle = -0.02 if n == L - step else 0.0  # a shallow minimum inside the training range
+        dip = depth * math.exp(-((n - dip_n) / (0.25 * L)) ** 2) if n > L else 0.0
+        base.append(round(decay - dip + wiggle, 2))
+        filled.append(round(decay + wiggle, 2))
+        far.append(round(min(1.0, decay - dip + wiggle + (0.3 if n > dip_n + L // 2 else 0.0)), 2))
+    ablated = {}
+    for p in pairs:
+        ablated[p] = filled if p == culprit else far if p == helper else [
+            round(max(0.0, a - 0.01 * draw(g, 0, 2)), 2) for a in base]
+    return lengths, base, ablated, L
+
+
+def _dip_cases(seed: int = 0) -> list[tuple]:
+    """Seed 0: the lab's three RoPE seeds and two synthetic cases; any other seed: five synthetic ones."""
+    g = seeded(808 + seed)
+    if seed == 0:
+        lab = [(list(_LAB_LENGTHS), base, {p: list(c) for p, c in ablated.items()}, 16)
+               for base, ablated in _LAB_CURVES.values()]
+        return lab + [_synthetic_curves(g) for _ in range(2)]
+    return [_synthetic_curves(g) for _ in range(5)]
+
+
+def _mean_gain(lengths: list, base: list, train_length: int) -> Any:
+    past = [i for i, n in enumerate(lengths) if n > train_length]
+    return lambda curve, i: sum(curve[j] - base[j] for j in past) / len(past)
+
+
+_DIP_MISTAKES = [
+    Mistake(lambda lengths, base, ablated, L: _diagnose(lengths, base, ablated, L, dip=min(
+        (i for i, n in enumerate(lengths) if n > L), key=lambda i: base[i])),
+            "you took the lowest accuracy past L: that is where the curve ends up far out, not the dip it "
+            "recovers from.",
+            "the dip is the first local minimum past L: below the length before it, not above the one after.",
+            id="extrapolation.dip_global_minimum"),
+    Mistake(lambda lengths, base, ablated, L: _diagnose(lengths, base, ablated, L,
+                                                        dip=_dip_at(lengths, base, L, past_l=False)),
+            "your dip lies inside the training range; a dip in extrapolation is past L.",
+            "look for the first local minimum at lengths n > train_length only.",
+            id="extrapolation.dip_in_training_range"),
+    Mistake(lambda lengths, base, ablated, L: _diagnose(lengths, base, ablated, L,
+                                                        score=_mean_gain(lengths, base, L)),
+            "you chose the pair whose switch-off helps most on average past L; a pair can help far out "
+            "without touching the dip.",
+            "compare the ablated curves with the trained one at the dip's length only.",
+            id="extrapolation.dip_pair_by_mean_gain"),
+    Mistake(lambda lengths, base, ablated, L: _diagnose(lengths, base, ablated, L, choose=min),
+            "you chose the pair whose switch-off helps least at the dip (or hurts most): the pair that makes "
+            "the dip is the one without which the dip fills in.",
+            "the culprit's switch-off raises the accuracy at the dip the most.",
+            id="extrapolation.dip_pair_sign"),
+    Mistake(lambda lengths, base, ablated, L: _diagnose(lengths, base, ablated, L) - torch.tensor(
+        [lengths[_dip_at(lengths, base, L)] - _dip_at(lengths, base, L), 0.0]),
+            "you returned the dip's index in lengths, not its length n.",
+            "return lengths[i], the n at which the dip sits.", id="extrapolation.dip_index_not_length"),
+]
+
+register(Task(
+    id="08_diagnose_dip",
+    title="Diagnose: which pair makes the dip?",
+    points=2,
+    entry="diagnose_dip",
+    forbidden=("posenc_lesson.tasks.copy_accuracy._diagnose",),
+    cases=lambda: _dip_cases(0),
+    run=call,
+    hidden=_dip_cases,
+    allowed=("posenc_lesson",),
+    judge=tensor_judge(_diagnose, _DIP_MISTAKES, ("lengths", "base", "ablated", "train_length"),
+                       "find the first n > L where the trained curve is below the length before it and not "
+                       "above the one after; then the pair whose ablated curve is highest above it there."),
 ))

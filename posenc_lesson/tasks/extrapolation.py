@@ -20,9 +20,11 @@ import torch
 from torch import Tensor
 
 from .. import alibi as _alibi
+from ..lab.analysis import range_excess
 from ..lab.model import TinyDecoder
 from ..relative import t5_relative_position_bucket
-from .concepts import Misconception, number_judge, question
+from ..rope import apply_rope
+from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     ONE_THREAD,
     TABLE_MISTAKES,
@@ -252,7 +254,14 @@ _PREDICTION_KEYS = ("none, 1 layer", "sinusoidal, 1 layer", "learned, 1 layer", 
                     "alibi, 1 layer", "none, 2 layers")
 
 
-@diagnoses()
+_TWO_LAYERS_BLIND = ("you predicted that without a position signal no layer tells the order; but the causal "
+                     "mask gives each token its own prefix: after one layer token 1's state depends on what "
+                     "stands at position 1, so layer 2 reads no reordering of the same states.")
+_ONE_LAYER_SEES = ("you predicted that one layer without positions notices the swap; but its last query "
+                   "attends over the set of tokens 0 .. 5, the same after the swap, keys and values too.")
+
+
+@diagnoses("extrapolation.nope_two_layers_order_blind", "extrapolation.nope_one_layer_sees_order")
 def _judge_prediction(outputs: list, cases: list) -> Judged:
     (out,) = outputs
     if is_marker(out, "error"):
@@ -268,6 +277,11 @@ def _judge_prediction(outputs: list, cases: list) -> Judged:
     wrong = sum(out[key] != truth[key] for key in _PREDICTION_KEYS)
     if not wrong:
         return Judged(1.0, "passed: every prediction matches the measurement.", None)
+    hint = "a model is order-blind when its last output is a function of the *set* of earlier tokens."
+    if out["none, 2 layers"] != truth["none, 2 layers"] and out["none, 2 layers"] == out["none, 1 layer"]:
+        return Judged(0.0, feedback(_TWO_LAYERS_BLIND, hint), "extrapolation.nope_two_layers_order_blind")
+    if out["none, 1 layer"] != truth["none, 1 layer"]:
+        return Judged(0.0, feedback(_ONE_LAYER_SEES, hint), "extrapolation.nope_one_layer_sees_order")
     return Judged(0.0, feedback(f"{wrong} of {len(_PREDICTION_KEYS)} predictions disagree with the "
                                 "measurement.",
                                 "a model is order-blind when its last output is a function of the *set* of "
@@ -324,3 +338,62 @@ register(question(
                       "the question asks for a bucket no training sequence reached at all.",
                       id="extrapolation.first_bucket_new_to_the_copy"),
     ], "one-way buckets: exact up to 15, then log-spaced up to 128; training had distances 0 .. 2L + 1.")))
+
+
+
+# 08_q_defined_everywhere ("defined everywhere, so it extrapolates"): where does the lab's sinusoidal model
+# fail at n = 17 .. 31? Its rows up to 2L lie in the range training saw (computed); the accuracy there and
+# beyond is the lab's (notebooks/08_why.csv, full lab; a test ties both numbers to the CSV).
+_WHY_SINUSOIDAL = {"new offset, trained positions": 0.2600, "new offset, new positions": 0.1876}
+
+
+def _sinusoidal_fails_where() -> tuple[bool, bool]:
+    """(fails at positions <= 2L, fails past 2L), where every row up to 2L was in training."""
+    if not torch.all(range_excess(pe_table(2 * _L + 2, 64), 2 * _L + 2) == 0):
+        raise AssertionError("the rows up to 2L + 1 must lie inside their own range")
+    return tuple(_WHY_SINUSOIDAL[c] < 0.5 for c in _WHY_SINUSOIDAL)  # (trained positions, new positions)
+
+
+register(question(
+    id="08_q_defined_everywhere", title="Predict: where a table defined everywhere fails",
+    entry="answer_08_defined_everywhere",
+    forbidden=("posenc_lesson.tasks.extrapolation._sinusoidal_fails_where",),
+    judge=choice_judge({"a": (False, False), "b": (False, True), "c": (True, True)},
+                       _sinusoidal_fails_where, [
+        Misconception("a", "you reason that a table defined at every position lets the model extrapolate; "
+                      "but the network learned from what it saw, not from the formula.",
+                      "lesson 08, section 5: test 1 looks at positions where every row was trained.",
+                      id="extrapolation.defined_means_extrapolates"),
+        Misconception("b", "you expect failure only where the rows are new; but the copy offset and SEP's "
+                      "place are new as soon as n > L, at positions training used.",
+                      "which two things grow with n, and which is new at positions <= 2L?",
+                      id="extrapolation.fails_only_at_new_positions"),
+    ], "the model was trained on n <= L: what is new for n = L + 1 .. 2L - 1 at positions <= 2L?")))
+
+
+def _relative_meets() -> tuple[bool, bool]:
+    """08_q_relative_immune ("relative, so immune to length"): (new positions matter, new offsets meet
+    untrained inputs) for the offset-only schemes. Computed: shifting every position leaves RoPE's scores
+    as they were; the bucket of copy offset 3L is none of those of the offsets 0 .. 2L + 1 in training."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 6, 16, generator=g), torch.randn(1, 6, 16, generator=g)  # (B, T, Dh)
+    scores = [apply_rope(q, torch.arange(6) + s) @ apply_rope(k, torch.arange(6) + s).transpose(-1, -2)
+              for s in (0, 40)]  # (B, T, T) each
+    trained = set(t5_relative_position_bucket(-torch.arange(2 * _L + 2), bidirectional=False).tolist())
+    far = t5_relative_position_bucket(-torch.tensor([3 * _L]), bidirectional=False).item()
+    return not torch.allclose(*scores, atol=1e-4), far not in trained
+
+
+register(question(
+    id="08_q_relative_immune", title="Predict: what a relative scheme meets past its training length",
+    entry="answer_08_relative_immune", forbidden=("posenc_lesson.tasks.extrapolation._relative_meets",),
+    judge=choice_judge({"a": (False, False), "b": (True, False), "c": (False, True)}, _relative_meets, [
+        Misconception("a", "you reason that a scheme which sees only offsets is immune to length; but a "
+                      "longer copy needs offsets no training sequence used for it.",
+                      "RoPE, T5 and Shaw all lose accuracy past L in lesson 08: what changed for them?",
+                      id="extrapolation.relative_immune_to_length"),
+        Misconception("b", "you expect new absolute positions to matter; but these schemes see only i - j: "
+                      "moving every position changes none of their logits.",
+                      "lesson 08, section 5, checks that start= leaves their logits as they were.",
+                      id="extrapolation.relative_new_positions"),
+    ], "what does a copy of n > L symbols ask of the query-key offsets?")))
