@@ -109,7 +109,7 @@ def test_shaw_scores_unclipped_index_reports_the_index_error():
 
     points, _, feedback = _grade("05_shaw_scores", unclipped)
     assert points < 3
-    assert "your code raised IndexError" in feedback and "clip(j - i, -k, k) + k" in feedback
+    assert "your code raised «IndexError" in feedback and "clip(j - i, -k, k) + k" in feedback
 
 
 def test_shaw_scores_may_use_the_library_index():

@@ -253,8 +253,13 @@ def _grade_all(grader: Grader, subs: list[Submission], out: Path, jobs: int) -> 
             for n, fut in enumerate(as_completed(futures), start=1):
                 row = fut.result()
                 rows.append(row)
-                report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
-                write_atomic(json_path(out, row), report)
+                try:  # one row's report that cannot be written costs that row's report only
+                    report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
+                    write_atomic(json_path(out, row), report)
+                except Exception as exc:
+                    row.reasons.append(f"its JSON report could not be written ({short(exc)})")
+                    print(printable(f"posenc-grade: warning: {row.student} {row.notebook}: the JSON report "
+                                    f"could not be written ({short(exc)})"), file=sys.stderr, flush=True)
                 score = (f"{format_number(row.score)}/{format_number(row.max_score)}"
                          if row.max_score is not None else "-")
                 print(printable(f"[{n}/{len(subs)}] {row.student} {row.notebook}: {score} {row.status}"),

@@ -34,11 +34,17 @@ that does not parse raises no flag: it does not run either, so it reaches nothin
 from __future__ import annotations
 
 import ast
+import time
 from collections.abc import Iterable
 from typing import Any
 
 SNIPPET = 100  # characters of code kept in a flag
 MAX_PER_CELL = 20
+# the scan reads at most this much of a submission; past it the cell is flagged "unscannable"
+# (IPython's transformer re-reads a cell of many `!x` lines once per line: its time grows as the square)
+MAX_SCAN_CHARS = 20_000
+MAX_SCAN_LINES = 400
+MAX_SCAN_SECONDS = 5.0  # of the scan per notebook, then the remaining cells are flagged "unscannable"
 
 MESSAGES = {
     "grading": "reaches into the grader's own code",
@@ -49,6 +55,7 @@ MESSAGES = {
     "patching": "changes a module, a class or the builtins it did not create",
     "watch": "touches the profiler, the tracer or torch's function modes the grader watches with",
     "private": "uses a private name of a library",
+    "unscannable": "could not be read by the static scan (too large, too deep, or it took too long)",
 }
 
 # the packages of the exercises and the grader (and the old name, an alias of the first)
@@ -100,10 +107,29 @@ _PATHS = ("/proc", "/etc/", "/dev/", "/sys/", "/sandbox", "/root", "/home", "/tm
 
 
 def scan(cells: Iterable[tuple[str | None, str]]) -> list[dict]:
-    """Flags for ``(grade_id, source)`` answer cells, in order (see the module docstring)."""
+    """Flags for ``(grade_id, source)`` answer cells, in order (see the module docstring).
+
+    Bounded: a cell over MAX_SCAN_CHARS or MAX_SCAN_LINES, one the reader fails on in any way
+    (a 400-deep attribute chain: RecursionError), and every cell after MAX_SCAN_SECONDS of
+    scanning is flagged "unscannable" instead of read. Never raises."""
     flags: list[dict] = []
+    start = time.monotonic()
     for grade_id, source in cells:
-        flags += scan_cell(source, grade_id)
+        text = str(source)
+        if len(text) > MAX_SCAN_CHARS or text.count("\n") >= MAX_SCAN_LINES:
+            why = f"{len(text):,} characters in {text.count(chr(10)) + 1:,} lines"
+        elif time.monotonic() - start > MAX_SCAN_SECONDS:
+            why = f"the scan's {MAX_SCAN_SECONDS:g} s for this notebook ran out"
+        else:
+            try:
+                flags += scan_cell(text, grade_id)
+                continue
+            except BaseException as exc:  # noqa: B036 (RecursionError, MemoryError, anything: one flag)
+                if isinstance(exc, KeyboardInterrupt | SystemExit):
+                    raise
+                why = type(exc).__name__
+        flags.append({"kind": "unscannable", "grade_id": grade_id, "line": None,
+                      "snippet": _escape(text[:SNIPPET]), "message": f"{MESSAGES['unscannable']} ({why})."})
     return flags
 
 

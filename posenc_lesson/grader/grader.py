@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InfrastructureError, short
+from ..tasks.in_kernel import learner_text
+from .errors import InfrastructureError, capped, short
 from .flags import scan
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
 from .plan import Exercise, Plan, Step, make_plan
@@ -99,12 +100,14 @@ class Grader:
     def _zero(self, task_id: str, why: str, mistake: str) -> TaskResult:
         """0 points, ``why`` as the feedback, ``mistake`` a GENERIC id (tasks.GENERIC)."""
         task = self.checks.TASKS[task_id]
-        return TaskResult(task_id, task.title, 0.0, task.points, why, mistake)
+        return TaskResult(task_id, task.title, 0.0, task.points, capped(why), mistake)
 
     def _grade(self, sub: Submission, row: Graded, t0: float) -> None:
         ex = self.exercises[sub.exercise]
         plan = make_plan(ex, sub.nb)
+        scanned = time.monotonic()
         row.flags += scan((s.grade_id, s.source) for s in plan.steps if s.kind == "solution")
+        t0 += time.monotonic() - scanned  # the scan is the grader's time, not the notebook's
         if sub.matched_by == "file name":
             plan.notes.append("matched to its exercise by file name (no metadata.posenc_lesson.exercise)")
         results, problems = self._execute(ex, plan, t0)
@@ -208,7 +211,7 @@ class Grader:
 
     def _describe(self, reply: Reply) -> str:
         if reply.status == "error":
-            return f"raised {reply.error}"
+            return f"raised {learner_text(reply.error)}"
         if reply.status == "died":
             return "crashed the kernel (the Python process exited or segfaulted); it was skipped"
         if reply.notebook_limit:
@@ -250,7 +253,7 @@ class Grader:
                 why = f"not tested: the notebook ran past its {self.limits.notebook_timeout:g} s time limit"
             return self._zero(task_id, why, "generic.timeout"), reply.killed
         if reply.status == "error":
-            why = f"testing your answer failed: {reply.error}"
+            why = f"testing your answer failed: {learner_text(reply.error)}"
             return self._zero(task_id, why, "generic.test_failed"), False
         try:
             saved = read_outputs(path)
@@ -275,7 +278,7 @@ class Grader:
         points = min(max(float(points), 0.0), float(max_points))
         if own_cell:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
-        return TaskResult(task_id, task.title, round(points, 2), int(max_points), feedback, mistake,
+        return TaskResult(task_id, task.title, round(points, 2), int(max_points), capped(feedback), mistake,
                           per_case), False
 
 

@@ -96,14 +96,25 @@ def task_columns(rows: Iterable[Graded], exercises: dict[str, Exercise]) -> list
     return [t for stem in sorted(present) for t in exercises[stem].tasks]
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as a formula
+
+
+def csv_text(value: object) -> str:
+    """A text cell of grades.csv: escaped (``printable``), and with a leading ``'`` where it would
+    start with ``= + - @``, a tab or a carriage return, so a spreadsheet shows it as text instead
+    of running it as a formula (OWASP's advice for CSV injection)."""
+    text = printable(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["student", "notebook", "score", "max_score", "flags", *columns])
     for r in rows:
         by_id = {t.id: t for t in r.tasks}
-        w.writerow([printable(r.student), printable(r.notebook), format_number(r.score),
-                    format_number(r.max_score), printable(r.flag_kinds),
+        w.writerow([csv_text(r.student), csv_text(r.notebook), format_number(r.score),
+                    format_number(r.max_score), csv_text(r.flag_kinds),
                     *[format_number(by_id[c].score) if c in by_id else "" for c in columns]])
     write_atomic(path, buf.getvalue())
 
@@ -111,7 +122,7 @@ def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a lone surrogate cannot stop it
     os.replace(tmp, path)
 
 

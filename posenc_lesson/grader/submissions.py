@@ -15,7 +15,14 @@ same exercise, the one named like the exercise is graded (else the first in path
 the row carries a ``duplicate`` flag naming the others, which are not graded. Each row's JSON
 report gets a path of its own: two student ids that make the same file name (``a b`` and
 ``a_b``, or ``Ann`` and ``ann`` on a case-insensitive disk) get ``a_b`` and ``a_b~2``, in the
-order of their ids, and the row says so.
+order of their ids, and the row says so; no report folder is ever named like the files the
+grader writes beside them (``grades.csv``, ``report.html``).
+
+A student id that could pass for another (``alice`` with a zero-width space, a Cyrillic ``а``,
+a Hangul filler: ``errors.lookalike``) is shown escaped everywhere (``\\u0430lice``) and its
+rows are flagged ``lookalike-id``. Each student's folder has an entry budget of its own
+(MAX_FILES): a folder cut short is named in a warning, and its rows (or, if no notebook was
+reached, a row of its own) carry a ``cut-short`` flag, so it shows in the summary and the CSV.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 import nbformat
 
-from .errors import UsageError, printable, short
+from .errors import UsageError, escaped, lookalike, printable, short
 from .plan import Exercise
 
 # open a student's file (or a kernel's) for reading: never through a link, never blocking on a FIFO
@@ -37,7 +44,8 @@ READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLO
               | getattr(os, "O_CLOEXEC", 0))
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # a submission larger than this is not read
 MAX_DEPTH = 8  # folders below a student's folder that are searched for notebooks
-MAX_FILES = 100_000  # entries looked at under one PATH
+MAX_FILES = 100_000  # entries looked at in one student's folder
+RESERVED = ("grades.csv", "report.html")  # what the grader writes beside the report folders
 
 
 @dataclass
@@ -100,12 +108,16 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Submission], list[str]]:
     found: dict[Path, Submission] = {}
     warnings = []
 
-    def add(path: Path, student: str, inside: Path) -> None:
-        source, why = _inspect(path, inside)
-        sub = Submission(path, student, source=source)
-        if why:
-            sub.problem = f"skipped: {why}"
-        found.setdefault(source.resolve() if source else path.absolute(), sub)
+    def add(path: Path, student: str, inside: Path, problem: str = "") -> Submission:
+        source, why = (None, "") if problem else _inspect(path, inside)
+        sub = Submission(path, _shown(student), source=source)
+        if sub.student != student:
+            sub.flags.append(_flag("lookalike-id", sub.student, f"the student id {sub.student} holds "
+                                   "characters that can pass for others (invisible ones, or letters of two "
+                                   "scripts); it is shown escaped: check who this is"))
+        if why or problem:
+            sub.problem = problem or f"skipped: {why}"
+        return found.setdefault(source.resolve() if source else path.absolute(), sub)
 
     for raw in paths:
         p = Path(raw)
@@ -116,25 +128,41 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Submission], list[str]]:
                 raise UsageError(f"PATH: {raw} is not a notebook (.ipynb) or a folder")
             add(p, p.stem, p.absolute().parent)
             continue
-        budget = [MAX_FILES]
         for child in sorted(p.iterdir()):
             if child.name.startswith("."):
                 continue
             if child.is_symlink() and child.is_dir():
                 warnings.append(f"{child}: a symbolic link to a folder; not searched")
             elif child.is_dir():
-                for nb in _walk(child, 0, budget):
-                    add(nb, child.name, child)  # a link may lead only within the student's folder
+                budget = [MAX_FILES]  # each student's own: one full folder cannot hide another's
+                mine = [add(nb, child.name, child) for nb in _walk(child, 0, budget)]  # links stay inside
+                if budget[0] < 0:
+                    why = f"{child}: more than {MAX_FILES} entries; only the first were looked at"
+                    warnings.append(why)
+                    if not mine:
+                        mine = [add(child, child.name, child, f"skipped: {why}; no notebook there")]
+                    note = (f"the folder has more than {MAX_FILES} entries: only the first were looked at, "
+                            "so a notebook may be missing")
+                    for sub in mine:
+                        sub.flags.append(_flag("cut-short", str(child), note))
             elif child.suffix == ".ipynb":
                 warnings.append(f"{child}: a notebook directly in a class folder; graded as student "
                                 f"{child.stem!r} (expected <folder>/<student>/<notebook>.ipynb)")
                 add(child, child.stem, p)
-        if budget[0] < 0:
-            warnings.append(f"{p}: more than {MAX_FILES} entries; only the first were looked at")
     if not found:
         raise UsageError("PATH: no notebooks found in " + ", ".join(map(str, paths))
                          + " (expected a notebook, or <folder>/<student>/<notebook>.ipynb)")
     return list(found.values()), [printable(w) for w in warnings]
+
+
+def _shown(student: str) -> str:
+    """How a student id is shown and stored: escaped where it could pass for another."""
+    return escaped(student) if lookalike(student) else student
+
+
+def _flag(kind: str, snippet: str, message: str) -> dict:
+    return {"kind": kind, "grade_id": None, "line": None, "snippet": printable(snippet)[:300],
+            "message": printable(message)}
 
 
 def _read(path: Path) -> bytes:
@@ -147,6 +175,28 @@ def _read(path: Path) -> bytes:
     if len(data) > MAX_NOTEBOOK_BYTES:
         raise ValueError(f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
     return data
+
+
+def _escape_surrogates(nb: Any) -> None:
+    """Write every lone surrogate in the notebook's strings (a JSON ``"\\udcff"``) as the text
+    ``\\udcff``: no UTF-8 stream (a kernel's messages, a report) can carry one, and a grade id or a
+    cell that held one could stall a kernel's channel or a report."""
+    def fix(value: Any) -> Any:
+        if isinstance(value, str) and not value.isascii():
+            return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) < 0xE000 else c for c in value)
+        return value
+    stack = [nb]
+    while stack:  # no recursion: a notebook can be nested deeply
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in list(items):
+            if isinstance(value, dict | list):
+                stack.append(value)
+            elif isinstance(value, str):
+                node[key] = fix(value)
+        if isinstance(node, dict):
+            for key in [k for k in node if isinstance(k, str) and fix(k) != k]:
+                node[fix(key)] = node.pop(key)
 
 
 def _check_cells(nb: Any) -> None:
@@ -176,6 +226,7 @@ def read_and_match(sub: Submission, exercises: dict[str, Exercise]) -> None:
         sub.nb = nbformat.reads(_read(sub.source or sub.path).decode("utf-8"), as_version=4)
         if not isinstance(sub.nb, dict):
             raise ValueError("it is not a JSON object")
+        _escape_surrogates(sub.nb)
         _check_cells(sub.nb)
     except Exception as exc:  # any broken file must become a row, not a crash
         sub.problem = f"unreadable: not a notebook the grader can read ({short(exc)})"
@@ -241,7 +292,7 @@ def safe_name(name: str) -> str:
 
 def _report_paths(rows: list[Submission]) -> None:
     """``<student>/<notebook>.json`` for each row, unique even where names collide as files do."""
-    folders: dict[str, str] = {}  # casefolded folder name -> student id
+    folders: dict[str, str] = {name: "" for name in RESERVED}  # casefolded folder name -> student id
     for student in sorted({s.student for s in rows}):
         base = safe_name(student)
         folder, n = base, 2
@@ -251,8 +302,8 @@ def _report_paths(rows: list[Submission]) -> None:
         for sub in (s for s in rows if s.student == student):
             sub.report = folder
             if folder != base:
-                sub.notes.append(f"report saved in {folder}/, not {base}/: another student's id "
-                                 "makes the same file name")
+                sub.notes.append(f"report saved in {folder}/, not {base}/: another student's id, or a "
+                                 "file the grader writes, has the same name")
     for student_rows in _group(rows).values():
         used: set[str] = set()
         for sub in sorted(student_rows, key=lambda s: s.notebook):

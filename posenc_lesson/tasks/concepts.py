@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .in_kernel import learner_text
 from .judges import feedback, type_text
 from .registry import Judged, Task, diagnoses, is_marker, mistake_id
 
@@ -89,7 +90,7 @@ def _number(out: Any) -> float | None:
 
 def _raised(out: Any, hint: str) -> Judged | None:
     if is_marker(out, "error"):
-        return Judged(0.0, feedback(f"your code raised {out['error']}.", hint), "generic.error")
+        return Judged(0.0, feedback(f"your code raised {learner_text(out['error'])}.", hint), "generic.error")
     return None
 
 

@@ -46,6 +46,18 @@ _state: dict[str, Any] = {}  # references taken before any learner code ran (ins
 # Outputs as plain data
 # --------------------------------------------------------------------------------------
 
+MAX_QUOTE = 300  # characters of the learner's own text (an error message) quoted in feedback
+
+
+def learner_text(text: object) -> str:
+    """Text the learner's code produced, quoted apart from the grader's own words: «like this»,
+    on one line, at most MAX_QUOTE characters, its own guillemets shown as ‹ › so that a quote
+    cannot end early and pass the rest off as the grader's."""
+    s = " ⏎ ".join(str(text).splitlines()) if str(text) else ""
+    s = s if len(s) <= MAX_QUOTE else s[:MAX_QUOTE] + "…"
+    return "«" + s.replace("«", "‹").replace("»", "›") + "»"
+
+
 def error_marker(exc: BaseException) -> dict:
     message = str(exc).splitlines()[0] if str(exc) else ""
     return {"error": f"{type(exc).__name__}: {message[:_MAX_MESSAGE]}".rstrip(": ")}

@@ -28,6 +28,7 @@ from torch import Tensor
 from .. import attention as _attention
 from .. import rope as _rope
 from .. import sinusoidal as _sinusoidal
+from .in_kernel import learner_text
 from .registry import Judged, diagnoses, is_marker, mistake_id
 
 __all__ = ["Judged", "diagnoses"]  # re-exported for the topic files; the rest is imported by name
@@ -161,7 +162,8 @@ def tensor_judge(reference: Callable[..., Tensor], mistakes: list[Mistake], name
         for n in failing:  # an exception speaks for itself
             if is_marker(outputs[n], "error"):
                 return Judged(fraction, feedback(
-                    f"your code raised {outputs[n]['error']}\n  on the case {case_text(names, cases[n])}.",
+                    f"your code raised {learner_text(outputs[n]['error'])}\n"
+                    f"  on the case {case_text(names, cases[n])}.",
                     hint), "generic.error", per_case)
         if main is not None:
             return Judged(fraction, feedback(main.diagnosis, main.hint), main.id, per_case)
