@@ -22,7 +22,8 @@ arXiv:2108.12409, sec. 2 and appendix B):
                       k-th target of a window sees only k - 1 bytes of context
     sliding window    windows start at 0, S, 2S, ... (stride S < T); the first window scores all
                       of its T targets, every later one only its last S, so each byte is scored once
-                      and, after the first window, with at least T - S bytes of context
+                      and, after the first window, with at least T - S + 1 bytes of context (position
+                      t of a window sees its bytes 0 .. t)
 
 Used by posenc_lesson.lab.lm_lab and notebooks/10_language_extrapolation.ipynb.
 """

@@ -6,7 +6,7 @@ from windows of L = 64 bytes, 500 steps of 32 windows. Then, on validation text 
 
     bpb_nonoverlapping(T)  bits per byte, windows of T bytes, T = L/2 .. 8L, each byte scored in its window
     bpb_sliding(T)         the same with a sliding window of stride S = L (Press et al., 2021): each byte
-                           scored once, with at least T - S bytes before it (after the first window)
+                           scored once, with at least T - S + 1 bytes of context (after the first window)
     bpb_position(T, t)     bits per byte at positions t .. t + L/4 - 1 of non-overlapping T windows
     bpb_nonoverlapping with variant = linear / ntk / yarn: the RoPE model stretched by s = 4, at L .. 4L
                            (lesson 09's methods, TinyDecoder.set_rope_scaling), zero-shot
