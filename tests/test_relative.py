@@ -106,6 +106,21 @@ def exact_bucket(relative_position, bidirectional=True, num_buckets=32, max_dist
     return torch.tensor(out)
 
 
+def exact_boundaries(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    """The offsets whose log-bucket value is an exact integer on paper:
+    (n / e) ** (nb - e) == (D / e) ** m for an integer m. At these the floor of float32's log
+    decides the bucket, and float32 logs differ in their last bit between CPUs' vector code."""
+    out = []
+    for r in relative_position.tolist():
+        nb = num_buckets // 2 if bidirectional else num_buckets
+        n = abs(r) if bidirectional else max(-r, 0)
+        e = nb // 2
+        powers = range(1, nb - e)  # m = nb - e and above: the last bucket, clamped either way
+        if n >= e and any(n ** (nb - e) * e ** m == max_distance ** m * e ** (nb - e) for m in powers):
+            out.append(r)
+    return out
+
+
 def loop_attention(q, k, v, *, a_k=None, a_v=None, bias=None, scale=None, causal=False):
     """Attention one (b, h, i, j) at a time: scores = (q_i.k_j + q_i.a_k[i,j]) * scale + bias[h,i,j],
     out_i = sum_j w_ij (v_j + a_v[i,j]); masked keys j > i (top-left) get weight 0."""
@@ -458,7 +473,11 @@ def test_float32_decides_boundary_buckets():
     assert torch.equal(ours, exact_bucket(OFFSETS, **kw))  # here float32 happens to be exact
     kw = dict(bidirectional=True, num_buckets=34, max_distance=27)  # and here it is not
     ours = t5_relative_position_bucket(OFFSETS, **kw)
-    assert OFFSETS[ours != exact_bucket(OFFSETS, **kw)].tolist() == [-18, -12, 12, 18]
+    moved = OFFSETS[ours != exact_bucket(OFFSETS, **kw)].tolist()
+    assert exact_boundaries(OFFSETS, **kw) == [-18, -12, 12, 18]
+    # which of those four float32 moves depends on the CPU's log ([-18, -12, 12, 18] on one
+    # machine we ran on, [-18, 18] on another); never an offset off a boundary
+    assert moved and set(moved) <= {-18, -12, 12, 18}, moved
     assert torch.equal(ours, hf_reference_bucket(OFFSETS, **kw))
 
 
@@ -472,7 +491,13 @@ def test_t5_buckets_equal_the_transformers_fixture():
         expected = decode_runs(case["runs"], first, last)
         got = t5_relative_position_bucket(rel, bidirectional=case["bidirectional"],
                                           num_buckets=case["num_buckets"], max_distance=case["max_distance"])
-        assert torch.equal(got, expected), (case["num_buckets"], case["max_distance"], case["bidirectional"])
+        # recorded on another CPU: equal everywhere but (perhaps) at exact-integer boundaries, where
+        # float32's last bit decides; there we equal transformers' own code run on this CPU
+        kw = dict(bidirectional=case["bidirectional"], num_buckets=case["num_buckets"],
+                  max_distance=case["max_distance"])
+        apart = rel[got != expected].tolist()
+        assert set(apart) <= set(exact_boundaries(rel, **kw)), (kw, apart)
+        assert torch.equal(got, hf_reference_bucket(rel, **kw)), kw
     t5_default = [c for c in doc["cases"] if (c["num_buckets"], c["max_distance"]) == (32, 128)]
     assert sorted(c["bidirectional"] for c in t5_default) == [False, True]
 
