@@ -314,7 +314,8 @@ def markdown() -> str:
             return f"≥ {r[key]} (cut short)" if r[key] else "cut short"
         return r[key] if r else "not measured"
 
-    for nb in sorted({r["notebook"] for r in rows if r["notebook"].startswith("notebooks/")}):
+    lessons = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("notebooks/[0-9][0-9]_*.ipynb")}
+    for nb in sorted(lessons | {r["notebook"] for r in rows if r["notebook"].startswith("notebooks/")}):
         sol = "solutions/" + nb.removeprefix("notebooks/")
         out.append(f"| {Path(nb).stem} | {cell(nb, 'fast', 'tree_peak_mib')} | {cell(nb, 'fast', 'cpu_s')} "
                    f"| {cell(nb, 'full', 'tree_peak_mib')} | {cell(nb, 'full', 'cpu_s')} "
