@@ -59,9 +59,9 @@ from .in_kernel import error_marker  # noqa: F401  (topic files take it from her
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
 TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "relative_questions", "rope",
-          "alibi", "extrapolation", "copy_accuracy", "context_extension", "partial_rotary",
-          "scaling_design", "multi_axis", "multi_axis_questions",
-          "field_guide", "field_guide_scaling", "field_guide_questions")
+          "alibi", "extrapolation", "copy_accuracy", "context_extension", "partial_rotary", "scaling_design",
+          "language", "multi_axis", "multi_axis_questions", "field_guide",
+          "field_guide_scaling", "field_guide_questions")
 
 
 @dataclass(frozen=True)
