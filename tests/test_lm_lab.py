@@ -204,3 +204,28 @@ def test_fast_config_is_the_full_lab_made_smaller():
     assert fast.fast and not lm_lab.FULL.fast
     assert dataclasses.replace(fast, fast=False) != lm_lab.FULL
     assert fast.schemes == SCHEMES and max(fast.eval_lengths) == 8 * fast.train_length
+
+
+def test_readme_quotes_the_committed_lab_means():
+    """Every number the README's lesson 10 entry quotes is the committed CSV's mean over the seeds."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    entry = text[text.index("**10 · The same question on real text**"):text.index("**11 ·")]
+    rows = lm_lab.read_csv()
+    L = lm_lab.FULL.train_length
+    names = {"ALiBi": "alibi", "Shaw": "shaw", "NoPE": "none", "T5": "t5", "sinusoidal": "sinusoidal",
+             "RoPE": "rope"}
+    for name, scheme in names.items():
+        at_l, at_8l = (lm_lab.value(rows, scheme, "bpb_nonoverlapping", n) for n in (L, 8 * L))
+        assert f"{name} {at_l:.2f} → {at_8l:.2f}" in entry, name
+    assert f"learned {lm_lab.value(rows, 'learned', 'bpb_nonoverlapping', L):.2f} at L" in entry
+    zero_shot = {"plain": "-", "NTK": "ntk", "YaRN": "yarn", "PI": "linear"}
+    for name, variant in zero_shot.items():
+        stretched = lm_lab.value(rows, "rope", "bpb_nonoverlapping", 4 * L, variant=variant)
+        assert f"{name} {stretched:.2f}" in entry.split("zero-shot:")[1], name
+    for name, variant in {"YaRN": "yarn", "NTK": "ntk", "plain": "-"}.items():
+        tuned = lm_lab.value(rows, "rope", "bpb_finetuned", 4 * L, variant=variant)
+        assert f"{name} {tuned:.2f}" in entry.split("fine-tuning steps")[1], name
+    shaw, alibi = (lm_lab.value(rows, s, "attention_mib", 8 * L) for s in ("shaw", "alibi"))
+    assert "Shaw's attention 8× ALiBi's" in entry and round(shaw / alibi) == 8
+    cpu = sum(r["value"] for r in lm_lab.read_timing_csv() if r["metric"] == "job_cpu_s")
+    assert f"{cpu:.0f} CPU seconds" in entry
