@@ -375,7 +375,8 @@ def test_a_class_on_jupyterhub(hub, browser, tmp_path):
         assert [p.name for p in (submissions / user).iterdir()] == [Path(EXERCISE).name]
     # grade, as README says
     start = time.monotonic()
-    out = subprocess.run([str(TOOLS["posenc-grade"]), "--jobs", "2", "--out", str(grades), str(submissions)],
+    out = subprocess.run([str(TOOLS["posenc-grade"]), "--jobs", "2", "--out", str(grades),
+                          "--gradebook", str(grades / "gradebook.csv"), str(submissions)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     print(f"posenc-grade: {time.monotonic() - start:.1f} s (wall, machine shared)")
@@ -387,6 +388,10 @@ def test_a_class_on_jupyterhub(hub, browser, tmp_path):
         row = mine[Path(EXERCISE).stem]
         assert float(row[task]) == points, (user, row)
         assert float(row["score"]) == points, (user, row)  # nothing else answered
+    with (grades / "gradebook.csv").open() as f:  # for the LMS: one row per student
+        book = {r["student"]: r for r in csv.DictReader(f)}
+    for user, (_, points, _) in LEARNERS.items():
+        assert float(book[user][Path(EXERCISE).stem]) == float(book[user]["total"]) == points
     report = (grades / "report.html").read_text()
     for user, (_, points, _) in LEARNERS.items():  # the report's one row per student
         assert f'<tr data-student="{user}" data-score="{points}">' in report, user
