@@ -4,12 +4,17 @@ is flagged for the instructor (the table ATTACKS says which, attack by attack).
 
 Three mechanisms, each tested on its own first (no kernel) and then together in one graded class:
 
-- hidden inputs: each run draws fresh cases per task from the seed it picks (``--seed``), so a
-  table of the visible cases' answers is worth nothing; the same seed gives the same inputs;
+- hidden inputs: each run draws fresh cases per task from the seed it picks (``--seed``) mixed
+  with the instructor's key, so a table of the visible cases' answers is worth nothing; the same
+  seed and key give the same inputs; no student's report holds the seed;
 - the watch: a call into the library's own code is recorded however it was reached (alias,
   partial, default argument, closure, dict, snapshot of a module's vars, ``__wrapped__``, class
   attribute, private helper, the grading modules' own references, another function of the library
   that happens to compute the answer, torch's attention in any of its forms);
+- the ability taken away (issue 22): the library functions an exercise forbids are stubs in its
+  kernel (``tasks.disarm``) and no thread of the learner's may be alive at a harvest
+  (``tasks.alone``), so the forgeries that replace the harvest, its state or the watch, or swap
+  files from a thread, score 0 as well as being flagged;
 - review flags: code that reaches into the grader (replacing the harvest, its state or the watch,
   a thread swapping files, reading solutions/, copying a library function's source) is flagged.
 
@@ -395,11 +400,11 @@ ATTACKS = {
 # (student, grade_id) -> what must happen: "zero" (the task scores 0), "flagged" (a flag on that cell),
 # or "both"
 OUTCOMES = {
-    ("forge_harvest", "06_apply_rope_interleaved"): "flagged",
-    ("forge_state", "06_apply_rope_interleaved"): "flagged",
-    ("forge_thread", "06_apply_rope_interleaved"): "flagged",
+    ("forge_harvest", "06_apply_rope_interleaved"): "both",  # the library's functions are stubs there
+    ("forge_state", "06_apply_rope_interleaved"): "both",
+    ("forge_thread", "06_apply_rope_interleaved"): "both",  # a thread alive at the harvest
     ("disable_watch", "06_apply_rope_half"): "both",
-    ("disable_watch_now", "06_apply_rope_half"): "flagged",
+    ("disable_watch_now", "06_apply_rope_half"): "both",  # apply_rope is a stub, watched or not
     ("read_solutions", "06_apply_rope_interleaved"): "both",  # solutions/ is not in the sandbox
     ("lookup_table", "06_apply_rope_half"): "zero",
     ("disguised_rope", "06_apply_rope_interleaved"): "zero",  # an alias
@@ -441,9 +446,9 @@ def _write_attack(path: Path, stem: str, cells: dict[str, str]) -> None:
     nbformat.write(nb, path)
 
 
-def _grade(klass: Path, out: Path, seed: int) -> dict:
+def _grade(klass: Path, out: Path, seed: int, *extra: str) -> dict:
     result = subprocess.run([*GRADE, "--jobs", "2", "--timeout", "20", "--seed", str(seed), "--out", str(out),
-                             str(klass)], capture_output=True, text=True, timeout=600)
+                             *extra, str(klass)], capture_output=True, text=True, timeout=600)
     assert (out / "grades.csv").exists(), result.stdout[-3000:] + result.stderr[-3000:]
     with open(out / "grades.csv", newline="") as f:
         rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
@@ -470,7 +475,7 @@ def graded(tmp_path_factory):
                           ("lookup_table", "06_rope")):
         (again / student).mkdir(parents=True, exist_ok=True)
         (again / student / f"{stem}.ipynb").write_bytes((klass / student / f"{stem}.ipynb").read_bytes())
-    runs["again"] = _grade(again, base / "out_again", SEED)
+    runs["again"] = _grade(again, base / "out_again", SEED, "--key", str(base / "out" / ".posenc-grade-key"))
     return runs
 
 
@@ -515,7 +520,7 @@ def test_the_honest_solutions_get_full_marks_and_no_flag_at_every_seed(graded, s
     for stem in GRADED_STEMS:
         report = graded[seed]["reports"][("solutions", stem)]
         assert report["score"] == report["max_score"] > 0, [t["feedback"] for t in report["tasks"]]
-        assert report["flags"] == [] and report["seed"] == seed
+        assert report["flags"] == [] and "seed" not in report
 
 
 def test_blank_exercises_score_0_and_raise_no_flag(graded):
@@ -529,7 +534,7 @@ def test_the_same_seed_gives_the_same_scores(graded):
         first = graded[SEED]["reports"][key]
         assert [(t["id"], t["score"], t["feedback"]) for t in report["tasks"]] == \
                [(t["id"], t["score"], t["feedback"]) for t in first["tasks"]]
-        assert report["seed"] == SEED
+        assert "seed" not in report
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -336,7 +337,8 @@ def test_out_is_out_of_reach(hostile):
     assert "wrote=[]" in _reason(hostile, "overwriter")
     files = sorted(p.relative_to(hostile["out"]).as_posix() for p in hostile["out"].rglob("*") if p.is_file())
     assert "planted.txt" not in files and "LINGERED" not in files
-    assert all(f in ("grades.csv", "report.html") or f.endswith(".json") for f in files), files
+    mine = ("grades.csv", "report.html", ".posenc-grade-key")
+    assert all(f in mine or f.endswith(".json") for f in files), files
 
 
 def test_a_killer_cannot_reach_later_kernels_or_its_own(hostile):
@@ -373,8 +375,7 @@ def test_tmp_is_a_small_tmpfs(hostile):
 
 def test_a_fork_bomb_hits_the_process_limit(hostile):
     reason = _reason(hostile, "fork_bomb")
-    # the learner's own error text comes back quoted, «like this» (issue 22)
-    assert int(reason.split("processes=")[1].split()[0].rstrip("»")) <= sandbox.Spec.nproc, reason
+    assert int(re.match(r"\d+", reason.split("processes=")[1]).group()) <= sandbox.Spec.nproc, reason
 
 
 def test_no_network(hostile):

@@ -50,9 +50,12 @@ The tests come from the course, never from the submission. For a submission of e
    The grader listens only for each request's reply, never to the kernel's output stream,
    so a flood of printing or of stderr warnings costs the grader nothing and changes nothing.
 3. Then, per task, the grader writes the task's *hidden* inputs into the kernel's folder, as
-   data: fresh cases drawn from the task's generator with the run's seed (``--seed``, random by
-   default, the same for every submission and stored in each JSON report, so ``--seed N``
-   reproduces a grade), never the visible cases of the check cells. ``in_kernel.harvest`` calls
+   data: fresh cases drawn from the task's generator with a seed mixed from the run's ``--seed``
+   (random by default, the same for every submission) and the instructor's key (``--key``, by
+   default ``.posenc-grade-key`` in ``--out``, created on the first run, mode 0600; ``key``), so
+   ``--seed N`` with the same key reproduces a grade and nobody without the key can draw the
+   inputs; the seed is in no student's JSON report and the key's value is never printed. Never
+   the visible cases of the check cells. ``in_kernel.harvest`` calls
    the learner's function on them, watched (``watch``: a call of a library function the task
    does not allow, however it was reached, is recorded), and saves what came back, as plain
    data, to a file. No task, reference or judge is in the kernel (their files are hidden from
@@ -117,6 +120,7 @@ from . import class_report, gradescope, sandbox
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
+from .key import KEY_NAME, load_or_create
 from .plan import load_exercises
 from .report import Graded, format_number, json_path, summary, task_columns, write_atomic, write_csv
 from .submissions import Submission, discover, label_rows, read_and_match
@@ -159,8 +163,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="do not write DIR/report.html, the class report (scores, mistakes, notebooks to "
                         "review)")
     p.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="the seed the hidden test inputs are drawn with (default: a random one, printed "
-                        "and stored in every JSON report); the same N gives the same inputs and scores")
+                   help="the seed the hidden test inputs are drawn with, mixed with --key's secret "
+                        "(default: a random one, printed here, never in a student's JSON report); the same "
+                        "N and key give the same inputs and scores")
+    p.add_argument("--key", metavar="FILE", default=None,
+                   help=f"the instructor's secret the hidden inputs are drawn with (default: DIR/{KEY_NAME}, "
+                        "created on the first run with mode 0600); keep it, never hand it out")
     p.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
                    help="shut each kernel in (Linux namespaces, a tmpfs, its own uid, no network, "
                         "rlimits). auto (default) and on: refuse to grade where that cannot be set up; "
@@ -292,15 +300,24 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     subs = label_rows(subs)
     out = Path(args.out)
     _check_out(out, subs, args.force, not args.no_report)
+    key_path = Path(args.key) if args.key else out / KEY_NAME
+    try:
+        secret, created = load_or_create(key_path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--key {str(key_path)!r} cannot be created ({short(exc)})") from None
     checks = importlib.import_module(checks_module)  # the task registry (tests pass their own)
     exercises = load_exercises(solutions, set(checks.TASKS))
     here = Path(__file__).resolve().parent  # the flags know what they look for
-    sandbox.hide_from_kernels(*grader_only_paths(), here / "flags.py", here / "__pycache__")
+    hidden = [] if out.resolve() in key_path.resolve().parents else [key_path]  # --out is out of reach
+    sandbox.hide_from_kernels(*grader_only_paths(), here / "flags.py", here / "__pycache__", *hidden)
     with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
         box = _sandbox(args, Path(workdir), memory, disk)
         grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,
-                        Path(workdir), args.seed)
-        print(f"posenc-grade: hidden inputs drawn with --seed {grader.seed}", file=sys.stderr, flush=True)
+                        Path(workdir), args.seed, secret)
+        print(f"posenc-grade: hidden inputs drawn with --seed {grader.seed} and the key in "
+              f"{printable(key_path)}{' (new)' if created else ''}", file=sys.stderr, flush=True)
         rows = _grade_all(grader, subs, out, args.jobs)
     order = {stem: i for i, stem in enumerate(sorted(exercises))}
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
@@ -310,7 +327,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     if not args.no_report:
         write_atomic(out / "report.html", class_report.render(rows, columns, grader.seed))
     print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))
-    print(f"hidden inputs: --seed {grader.seed} (pass it again to draw the same inputs)")
+    print(f"hidden inputs: --seed {grader.seed} with the key in {printable(key_path)} (pass both again to "
+          "draw the same inputs; keep the key to yourself)")
     if not args.no_report:
         print(f"class report: {out / 'report.html'} (open it in a browser)")
     broken = [r for r in rows if r.status == "grader-error"]

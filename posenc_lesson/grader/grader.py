@@ -7,7 +7,9 @@ in this process, where no learner code ever ran, on the same cases. A cell that 
 is skipped and the plan reruns without it. Every answer cell is read by ``flags.scan`` too.
 
 The outputs file is the kernel's, so it is hostile data (``read_outputs``): it must be a regular
-file (not a link, FIFO or device) of at most MAX_OUTPUTS_BYTES, and what it holds must be plain
+file (not a link, FIFO or device) of at most MAX_OUTPUTS_BYTES, a torch.save archive whose
+members are stored uncompressed and take at most as much once read (``archive``, checked before
+torch.load sees it), and what it holds must be plain
 data of bounded size: dense strided CPU tensors whose storage holds every element (no sparse,
 nested, quantized or meta tensor, no stride-0 view that would become N² elements when used),
 at most MAX_ELEMENTS elements in all, nested at most MAX_DEPTH deep.
@@ -28,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..tasks.disarm import entries as disarm_entries
 from ..tasks.in_kernel import learner_text
+from .archive import check_archive
 from .errors import InfrastructureError, capped, short
 from .flags import scan
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
+from .key import drawn_seed
 from .plan import Exercise, Plan, Step, make_plan
 from .report import Graded, TaskResult
 from .sandbox import Spec
@@ -56,11 +61,16 @@ class Grader:
     """Grades submissions against the trusted exercises with one checks module."""
 
     def __init__(self, exercises: dict[str, Exercise], limits: Limits, checks_module: str = CHECKS_MODULE,
-                 box: Spec | None = None, workdir: Path | None = None, seed: int | None = None):
+                 box: Spec | None = None, workdir: Path | None = None, seed: int | None = None,
+                 key: bytes | None = None):
         """``box``: the sandbox every kernel gets (None: none); ``workdir``: where the kernels'
         folders go (default: a new temporary folder), the one ``box.newroot`` lives in; ``seed``:
-        the hidden inputs' seed (default: a random one), the same for every submission."""
+        the hidden inputs' seed (default: a random one), the same for every submission; ``key``:
+        the instructor's secret (``key``), mixed with the seed to draw the hidden inputs (None:
+        the seed alone, as ``tasks.hidden_cases`` draws them)."""
         self.seed = secrets.randbelow(2**31) if seed is None else seed
+        self.key = key
+        self._disarmed: dict[str, list] = {}  # exercise stem -> what its kernels stub (disarmed)
         self._hidden: dict[str, list] = {}  # task id -> its hidden cases for this run
         self._hidden_lock = threading.Lock()
         self.exercises = exercises
@@ -135,7 +145,7 @@ class Grader:
                 try:
                     kernel.start()
                     setup = (f"import posenc_lesson.tasks.in_kernel as _g; "
-                             f"_g.install({self.checks_module!r}); del _g")
+                             f"_g.install({self.checks_module!r}, {self.disarmed(ex)!r}); del _g")
                     reply = kernel.run(setup, KERNEL_START_TIMEOUT, time.monotonic() + KERNEL_START_TIMEOUT)
                     if reply.status != "ok":
                         raise InfrastructureError(f"the grading kernel could not import the checks: "
@@ -195,8 +205,19 @@ class Grader:
         """The task's hidden cases for this run's seed (drawn once, shared by every submission)."""
         with self._hidden_lock:
             if task_id not in self._hidden:
-                self._hidden[task_id] = self.checks.hidden_cases(task_id, self.seed)
+                seed = self.seed if self.key is None else drawn_seed(self.key, self.seed)
+                self._hidden[task_id] = self.checks.hidden_cases(task_id, seed)
             return self._hidden[task_id]
+
+    def disarmed(self, ex: Exercise) -> list:
+        """What the exercise's kernels stub before any learner code (``tasks.disarm``): the
+        library functions its tasks forbid, except those another of its tasks allows."""
+        with self._hidden_lock:
+            if ex.stem not in self._disarmed:
+                spec_of = getattr(self.checks, "watch_spec", None) or \
+                    importlib.import_module("posenc_lesson.tasks.registry").watch_spec
+                self._disarmed[ex.stem] = disarm_entries(spec_of, ex.tasks)
+            return self._disarmed[ex.stem]
 
     @staticmethod
     def _cell_name(step: Step) -> str:
@@ -260,6 +281,9 @@ class Grader:
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
                                        f"({short(exc)})", "generic.test_failed"), False
+        if isinstance(saved, dict) and isinstance(saved.get("refused"), str):
+            why = f"not tested: {saved['refused'][:1000]}"
+            return self._zero(task_id, why, "generic.forbidden_call"), False
         if not isinstance(saved, dict) or ("outputs" not in saved and "missing" not in saved):
             return self._zero(task_id, "testing your answer failed: its outputs are malformed",
                               "generic.test_failed"), False
@@ -301,6 +325,7 @@ def read_outputs(path: Path) -> Any:
         os.close(fd)
     if len(data) > MAX_OUTPUTS_BYTES:
         raise ValueError(f"they are larger than {MAX_OUTPUTS_BYTES // 2**20} MiB")
+    check_archive(data, MAX_OUTPUTS_BYTES)
     import torch
 
     saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

@@ -49,7 +49,7 @@ class Graded:
     tasks: list[TaskResult]
     seconds: float = 0.0
     flags: list[dict] = field(default_factory=list)  # notes for the instructor; never change a score
-    seed: int | None = None  # the hidden inputs' seed (posenc-grade --seed reproduces the grade)
+    seed: int | None = None  # the run's --seed: the instructor's (class report), never in a JSON report
     report: str = ""  # the JSON report's path under --out (submissions.label_rows makes it unique)
 
     @property
@@ -69,7 +69,7 @@ class Graded:
             "tasks": [{"id": t.id, "name": t.name, "score": t.score, "max_score": t.max_score,
                        "feedback": t.feedback, "mistake": t.mistake, "case_mistakes": t.case_mistakes}
                       for t in self.tasks],
-            "seconds": round(self.seconds, 2), "seed": self.seed,
+            "seconds": round(self.seconds, 2),
             "flags": [dict(f) for f in self.flags],
         })
 

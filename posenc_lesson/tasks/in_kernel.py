@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import given, watch
+from . import alone, disarm, given, watch
 from .watch import LIBRARY, TORCH_FAMILIES, Watch, torch_family  # noqa: F401  (the grader's names)
 
 _MAX_MESSAGE = 300  # characters of an exception message or a string output kept
@@ -199,11 +199,13 @@ def _assert_stand_in(task_id: Any = None, fn: Any = None) -> None:
     return None
 
 
-def install(checks_module: str | None = None) -> None:
+def install(checks_module: str | None = None, disarmed: list | None = None) -> None:
     """Before any learner code: take our own references; put stand-ins for ``check`` and
     ``assert_passes`` in ``posenc_lesson.tasks`` (the tasks and judges are never imported here;
-    the old name ``posenc_lesson.grading`` forwards to it). ``checks_module`` is accepted for
-    older graders and not used."""
+    the old name ``posenc_lesson.grading`` forwards to it); stub the library functions the
+    exercise forbids (``disarmed``: [[file, qualname], ...], see ``disarm``); take the kernel's
+    own threads and processes as known (``alone``). ``checks_module`` is accepted for older
+    graders and not used."""
     from IPython import get_ipython
 
     watch.install()
@@ -212,12 +214,19 @@ def install(checks_module: str | None = None) -> None:
     room = sys.modules[__package__]
     room.check, room.assert_passes = _check_stand_in, _assert_stand_in
     room._GRADING = True
+    _state["disarmed"] = disarm.disarm(disarmed or [])
+    alone.install()
 
 
 def harvest(job: str, out: str) -> None:
-    """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``."""
+    """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``;
+    save {"refused": why} instead while a thread or process the learner started is alive."""
     _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
     _state["settrace"](None)
+    why = alone.refusal()
+    if why is not None:
+        _state["save"]({"refused": why}, out)
+        return
     spec = _state["load"](job, map_location="cpu", weights_only=True)
     namespace = _state["shell"].user_ns
     entry = spec["entry"]
