@@ -260,7 +260,7 @@ class Grader:
             return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})",
                               "generic.not_graded"), False
         code = (f"import posenc_lesson.tasks.in_kernel as _g; "
-                f"_g.harvest({job_inside!r}, {inside!r}); del _g")
+                f"_g.prepare(); _g.harvest({job_inside!r}, {inside!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)
         own_cell = cell_notes[own] if own is not None else ""

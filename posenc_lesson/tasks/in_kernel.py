@@ -214,8 +214,16 @@ def install(checks_module: str | None = None, disarmed: list | None = None) -> N
     room = sys.modules[__package__]
     room.check, room.assert_passes = _check_stand_in, _assert_stand_in
     room._GRADING = True
-    _state["disarmed"] = disarm.disarm(disarmed or [])
+    _state["to_disarm"] = list(disarmed or [])  # stubbed at the first harvest, once the course's cells ran
     alone.install()
+
+
+def prepare() -> None:
+    """Stub the exercise's forbidden library functions (``disarm``), once, before the first harvest
+    (the course's own cells may call them; they have all run by then). The grader calls it on its
+    own before each harvest, so a replaced ``harvest`` does not skip it."""
+    if "disarmed" not in _state:
+        _state["disarmed"] = disarm.disarm(_state.get("to_disarm", []))
 
 
 def harvest(job: str, out: str) -> None:
@@ -223,6 +231,7 @@ def harvest(job: str, out: str) -> None:
     save {"refused": why} instead while a thread or process the learner started is alive."""
     _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
     _state["settrace"](None)
+    prepare()
     why = alone.refusal()
     if why is not None:
         _state["save"]({"refused": why}, out)
