@@ -78,17 +78,37 @@ def _processes() -> set[int]:
     return found
 
 
+# A thread the kernel starts later (ipykernel's output flushing once a cell prints a lot) runs
+# only the kernel's own code: every frame in these packages or in the stdlib's event-loop files,
+# at least one in the kernel's packages. A learner's thread (its target, a logging listener, a
+# pool's worker) always has a frame elsewhere.
+_KERNEL_PACKAGES = ("ipykernel", "IPython", "zmq", "jupyter_client", "tornado", "traitlets", "comm")
+_LOOP_FILES = ("threading.py", "selectors.py", "queue.py", "asyncio")
+
+
+def _kernel_own(frame: Any) -> bool:
+    own = False
+    while frame is not None:
+        parts = os.path.normpath(frame.f_code.co_filename).split(os.sep)
+        if any(p in _KERNEL_PACKAGES for p in parts[:-1]):
+            own = True
+        elif not (parts[-1] in _LOOP_FILES or "asyncio" in parts[:-1]):
+            return False
+        frame = frame.f_back
+    return own
+
+
 def intruders() -> tuple[list[str], list[int]]:
-    """(names of the threads, pids of the processes) alive now that install() did not know;
-    this thread is never listed."""
+    """(names of the threads, pids of the processes) alive now that install() did not know and
+    that run code other than the kernel's own; this thread is never listed."""
     active = threading._active  # type: ignore[attr-defined]
     me = threading.get_ident()
     threads = []
-    for ident in sys._current_frames():
+    for ident, frame in sys._current_frames().items():
         if ident == me:
             continue
         thread = active.get(ident)
-        if ident in _known and _known[ident] is thread:
+        if ident in _known and _known[ident] is thread or _kernel_own(frame):
             continue
         name = getattr(thread, "name", None) if thread is not None else None
         threads.append(str(name)[:60] if name else f"a thread started with _thread (ident {ident})")
