@@ -356,6 +356,27 @@ CHEATS = {
                           "    met = _requirements(answer, head_dim, base, original_max_len, target_len)\n"
                           "    assert all(met.values())\n"
                           "    return answer"),
+    "10_bits_per_byte": ("from posenc_lesson.lab.lm_corpus import bits_per_byte as _bpb\n"
+                         "def bits_per_byte(logits, tokens):\n"
+                         "    return _bpb(logits[..., :-1, :], tokens[..., 1:])"),
+    "10_sliding_plan": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
+                        "def sliding_plan(text_length, length, stride):\n"
+                        "    return window_plan(text_length, length, stride)"),
+    "10_break_position": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
+                          "def break_position(curve, *args):\n"
+                          "    return len(window_plan(len(curve), 1))"),
+    "10_fix_window_mean": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
+                           "def window_bpb_fixed(losses, *args):\n"
+                           "    return float(len(window_plan(losses.shape[-1], 1)))"),
+    "11_sincos_2d": ("def sincos_2d_table(grid_h, grid_w, d_model):\n"
+                     "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
+    "11_axial_rope": ("def axial_rope(x, positions, axes_dims):\n"
+                      "    return posenc_lesson.apply_axial_rope(x, positions, axes_dims)"),
+    "11_mrope_positions": ("def mrope_position_ids(segments):\n"
+                           "    return posenc_lesson.mrope_positions(segments)"),
+    "11_fix_interleaved_mrope": ("def mrope_fixed(x, positions, mrope_section):\n"
+                                 "    return posenc_lesson.apply_mrope(x, positions, mrope_section,\n"
+                                 "                                     interleaved=True)"),
     "12_gemma3_layer_frequencies": (
         "def gemma3_layer_frequencies(head_dim, num_layers, pattern, local_base, global_base,\n"
         "                             global_factor):\n"
