@@ -8,9 +8,9 @@ row-major order, a frame is a deterministic PNG, and every control the site offe
 
 from __future__ import annotations
 
-import os
+import matplotlib
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+matplotlib.use("Agg")  # not MPLBACKEND: an environment variable would reach the kernels other tests start
 
 import pytest
 import torch

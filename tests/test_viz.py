@@ -9,6 +9,7 @@ would read: the cell's outputs and the widget state stored in the notebook's met
 from __future__ import annotations
 
 import base64
+import os
 
 import nbformat
 import pytest
@@ -44,9 +45,16 @@ MOVE = ("w.children[0].value = 4  # a slider moved: a plain redraw\n"
 
 
 def _run(*sources: str) -> nbformat.NotebookNode:
+    """Run the cells in a fresh kernel with the backend a learner's kernel has (inline): an
+    MPLBACKEND left in this process's environment (Agg) would draw nothing."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    saved = os.environ.pop("MPLBACKEND", None)
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    finally:
+        if saved is not None:
+            os.environ["MPLBACKEND"] = saved
     return nb
 
 
