@@ -242,6 +242,32 @@ class Grader:
                     "interrupted; its kernel was killed and the cell skipped")
         return f"was stopped after {self.limits.cell_timeout:g} s (the per-cell time limit)"
 
+    def _gate(self, kernel: Kernel, inside: str, path: Path, task_id: str,
+              deadline: float) -> tuple[TaskResult, bool] | None:
+        """Before the job file exists: ``in_kernel.gate`` stubs what the task forbids and refuses the
+        task while a thread or process the learner started is alive (it could read the job and
+        forge the outputs). None when the job may be written."""
+        code = f"import posenc_lesson.tasks.in_kernel as _g; _g.prepare(); _g.gate({inside!r}); del _g"
+        reply = kernel.run(code, self.limits.cell_timeout, deadline)
+        if reply.status == "died":
+            return self._zero(task_id, "preparing the test crashed the kernel", "generic.crash"), True
+        if reply.status != "ok":
+            why = f"not tested: preparing the test failed ({learner_text(reply.error or reply.status)})"
+            return self._zero(task_id, why, "generic.test_failed"), reply.kernel_gone
+        if not path.exists():
+            return None
+        try:
+            saved = read_outputs(path)
+        except Exception as exc:
+            return self._zero(task_id, f"not tested: its outputs could not be read ({short(exc)})",
+                              "generic.test_failed"), False
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        why = saved.get("refused") if isinstance(saved, dict) else None
+        why = why if isinstance(why, str) else "something other than the grader wrote the task's outputs"
+        return self._zero(task_id, f"not tested: {why[:1000]}", "generic.forbidden_call"), False
+
     def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, cell_notes: dict[int, str],
               deadline: float, cell_ids: dict[int, str]) -> tuple[TaskResult, bool]:
         """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
@@ -250,7 +276,10 @@ class Grader:
         inside, path = kernel.path(f"outputs-{task_id}.pt")
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
-        try:  # the inputs, as data, just before the run
+        refused = self._gate(kernel, inside, path, task_id, deadline)
+        if refused is not None:
+            return refused
+        try:  # the inputs, as data, just before the run (nothing of the learner's is running: the gate)
             import torch
 
             data = io.BytesIO()
@@ -259,8 +288,7 @@ class Grader:
         except OSError as exc:
             return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})",
                               "generic.not_graded"), False
-        code = (f"import posenc_lesson.tasks.in_kernel as _g; "
-                f"_g.prepare(); _g.harvest({job_inside!r}, {inside!r}); del _g")
+        code = f"import posenc_lesson.tasks.in_kernel as _g; _g.harvest({job_inside!r}, {inside!r}); del _g"
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)
         own_cell = cell_notes[own] if own is not None else ""

@@ -2,8 +2,9 @@ r"""The kernel side of grading: run a learner's answer on inputs, watched, and h
 
 In a notebook, ``check()`` (``tasks.outputs_of``) calls :func:`run_cases` on a task's visible
 cases. Under ``posenc-grade`` the same code runs in each submission's kernel: ``install()`` before
-any learner code, then, once per task, ``harvest(job, out)``. ``job`` is a file the grader wrote
-just before (read with ``torch.load(weights_only=True)``, so it is data only):
+any learner code, then, once per task, ``gate(out)`` (nothing of the learner's may run while the
+task's inputs are on disk) and ``harvest(job, out)``. ``job`` is a file the grader wrote between
+the two (read with ``torch.load(weights_only=True)``, so it is data only):
 
     {"entry": "apply_rope_half", "run": "call", "watch": {...}, "cases": [(x, positions), ...]}
 
@@ -215,6 +216,7 @@ def install(checks_module: str | None = None, disarmed: list | None = None) -> N
     room.check, room.assert_passes = _check_stand_in, _assert_stand_in
     room._GRADING = True
     _state["to_disarm"] = list(disarmed or [])  # stubbed at the first harvest, once the course's cells ran
+    _state["refusal"] = alone.refusal  # our reference: the learner's code may rebind alone.refusal
     alone.install()
 
 
@@ -226,13 +228,27 @@ def prepare() -> None:
         _state["disarmed"] = disarm.disarm(_state.get("to_disarm", []))
 
 
+def gate(out: str) -> None:
+    """Before the grader writes a task's job file: stub the forbidden functions (``prepare``) and
+    save {"refused": why} to ``out`` while a thread or process the learner started is alive. The
+    job's inputs are not on disk yet, so a thread left by the notebook's cells has nothing to
+    answer; the grader writes the job only when ``out`` stays absent."""
+    _state["setprofile"](None)
+    _state["settrace"](None)
+    prepare()
+    why = _state["refusal"]()
+    if why is not None:
+        _state["save"]({"refused": why}, out)
+
+
 def harvest(job: str, out: str) -> None:
     """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``;
-    save {"refused": why} instead while a thread or process the learner started is alive."""
+    save {"refused": why} instead while a thread or process the learner started is alive, before
+    the run (the grader's ``gate`` checked it already) or after it (one the answer started)."""
     _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
     _state["settrace"](None)
     prepare()
-    why = alone.refusal()
+    why = _state["refusal"]()
     if why is not None:
         _state["save"]({"refused": why}, out)
         return
@@ -243,4 +259,7 @@ def harvest(job: str, out: str) -> None:
         result: dict[str, Any] = {"missing": entry}
     else:
         result = {"outputs": run_cases(spec["run"], namespace[entry], decode(spec["cases"]), spec["watch"])}
+        why = _state["refusal"]()
+        if why is not None:
+            result = {"refused": why}
     _state["save"](result, out)
