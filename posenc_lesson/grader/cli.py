@@ -108,6 +108,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
@@ -116,7 +117,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..tasks.registry import grader_only_paths
-from . import class_report, gradescope, sandbox
+from . import cgroup, class_report, gradescope, sandbox
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
@@ -219,8 +220,18 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
               "outlive the grader; grade only notebooks you trust, or inside a throw-away container",
               file=sys.stderr)
         return None
-    box = sandbox.make_spec(memory, disk, workdir / "newroot")
+    cpus = max(1, len(os.sched_getaffinity(0)) // args.jobs) if hasattr(os, "sched_getaffinity") else 1
+    groups = cgroup.setup(args.jobs)
+    box = sandbox.make_spec(memory, disk, workdir / "newroot", cpus, groups)
     why = sandbox.probe(box, workdir / "probe")
+    if why and box.cgroups:  # the sandbox without cgroups, if joining them is what failed
+        groups.why = dict.fromkeys(groups.runs, f"the probe could not join them: {why}")
+        cgroup.teardown(groups.runs)
+        groups.runs = {}
+        box = sandbox.make_spec(memory, disk, workdir / "newroot", cpus, groups)
+        why = sandbox.probe(box, workdir / "probe")
+    for line in groups.header(memory, disk, cpus):
+        print(printable(f"posenc-grade: each kernel's {line}"), file=sys.stderr, flush=True)
     if why:
         fix = sandbox.HOW_TO_FIX if sandbox.unsupported() is None else (
             "grade on Linux (or inside a Linux container or virtual machine), or pass --sandbox off "

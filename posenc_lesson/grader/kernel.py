@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import sandbox
+from . import cgroup, sandbox
 from .errors import InfrastructureError, first_line, short
+from .zygote import SETUP_TIMEOUT
 
 KERNEL_START_TIMEOUT = 60.0
 INTERRUPT_GRACE = 3.0  # seconds a cell gets to stop after SIGINT before its kernel is killed
+STOP_TIMEOUT = 5.0  # seconds closing a kernel's sockets, or a zygote's exit, may take before we move on
 
 
 @dataclass
@@ -95,7 +97,7 @@ class Zygote:
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-                answer = json.loads(self.proc.stdout.readline())
+                answer = json.loads(self._line(SETUP_TIMEOUT + KERNEL_START_TIMEOUT))
                 pid = int(answer["pid"])
             except (OSError, ValueError, KeyError) as exc:
                 raise InfrastructureError(f"the kernel zygote stopped answering ({short(exc)})") from exc
@@ -104,34 +106,56 @@ class Zygote:
         return pid
 
     def _start(self) -> None:
-        box = self.box.dumps() if self.box else None
+        box = "-" if self.box else None  # the spec comes on stdin: no kernel's /proc/1/cmdline shows it
         code = f"from posenc_lesson.grader.zygote import serve; serve({self.checks_module!r}, {box!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=zygote_env(self.box) if self.box else kernel_env(),
                                      cwd=self.workdir, start_new_session=True)
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        assert self.proc.stdin is not None
+        if self.box:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write(self.box.dumps() + "\n")
+                self.proc.stdin.flush()
+        line = self._line(KERNEL_START_TIMEOUT + 60)  # it imports torch & co. first
         if not line.startswith('{"ready"'):
             self.close()
             raise InfrastructureError("could not start the kernel zygote (python -c 'from "
                                       "posenc_lesson.grader.zygote import serve; serve()' failed)")
 
+    def _line(self, timeout: float) -> str:
+        """One line from the zygote, or "" when none comes within ``timeout`` s (it is then killed)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        if select.select([self.proc.stdout], [], [], timeout)[0]:
+            return self.proc.stdout.readline()
+        self.proc.kill()
+        return ""
+
     def close(self) -> None:
-        """Close its stdin: it kills the kernels it forked and exits."""
-        with self.lock:
+        """Close its stdin: it kills the kernels it forked and exits; killed if it has not within
+        STOP_TIMEOUT s. Never waits on a zygote busy forking (its lock), only on the process."""
+        if not self.lock.acquire(timeout=STOP_TIMEOUT):
+            proc = self.proc  # a fork in progress holds the lock: stop the zygote under it
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+            self.lock.acquire()
+        try:
             if self.proc is None:
                 return
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 if self.proc.stdin:
                     self.proc.stdin.close()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.wait(timeout=STOP_TIMEOUT)
             if self.proc.stdout:
                 self.proc.stdout.close()
             self.proc = None
+        finally:
+            self.lock.release()
 
 
 class Kernel:
@@ -157,6 +181,7 @@ class Kernel:
         self.kc: Any = None
         self.outside = workdir  # the kernel's folder, as the grader reaches it
         self.inside = str(workdir)  # the same, as the kernel names it
+        self.groups: list[str] = []  # its cgroups (sandboxed, where the machine has them)
 
     def path(self, name: str) -> tuple[str, Path]:
         """A file in the kernel's folder: (the name the kernel uses, the path the grader uses).
@@ -225,8 +250,13 @@ class Kernel:
         info = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
                 "transport": "ipc", "ip": "", "key": secrets.token_hex(16),
                 "signature_scheme": "hmac-sha256", "kernel_name": ""}
-        self.pid = self.zygote.fork({"host_dir": str(host), "connection": info}) if self.zygote \
-            else self._cold_warden(host, info)
+        assert self.box is not None
+        try:
+            self.groups = sandbox.kernel_groups(self.box, f"{self.name}-{os.getpid()}")
+        except OSError as exc:
+            raise InfrastructureError(f"a kernel's cgroup could not be made: {short(exc)}") from exc
+        self.pid = self.zygote.fork({"host_dir": str(host), "connection": info, "join": self.groups}) \
+            if self.zygote else self._cold_warden(host, info)
         self.outside = Path(f"/proc/{self.pid}/root{host}")
         self.inside = sandbox.INSIDE
         self.kc = BlockingKernelClient()
@@ -235,7 +265,9 @@ class Kernel:
     def _cold_warden(self, host: Path, info: dict) -> int:
         """Start the sandbox wrapper, which shuts a fresh ``ipykernel_launcher`` in; its pid."""
         assert self.box is not None
-        cmd = [*sandbox.wrapper(), "--exec", self.box.dumps(), str(host), json.dumps(info), "--",
+        box = sandbox.Spec.loads(self.box.dumps())
+        box.join = self.groups
+        cmd = [*sandbox.wrapper(), "--exec", box.dumps(), str(host), json.dumps(info), "--",
                sys.executable, "-m", "ipykernel_launcher", "-f", f"{sandbox.INSIDE}/kernel.json"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=zygote_env(self.box))
@@ -341,20 +373,33 @@ class Kernel:
         return Reply("error", f"{content.get('ename', 'Error')}: {first_line(content.get('evalue', ''))}")
 
     def kill(self) -> None:
-        """SIGKILL the kernel's whole process group; forget it."""
-        with contextlib.suppress(Exception):
-            if self.kc is not None:
-                self.kc.stop_channels()
+        """SIGKILL the kernel's whole process group and its cgroups; forget it. Every wait is
+        bounded: closing the sockets (zmq's context term can block) runs in a thread of its own,
+        given STOP_TIMEOUT s, and a warden that has not exited by then is killed again."""
         with contextlib.suppress(Exception):
             self._signal(signal.SIGKILL)  # the whole group: also whatever the learner's code spawned
+        if self.groups:
+            self.groups = cgroup.remove(self.groups)  # every process in them, however it left the group
+        if self.kc is not None:
+            closing = threading.Thread(target=_quietly, args=(self.kc.stop_channels,), daemon=True)
+            closing.start()
+            closing.join(STOP_TIMEOUT)
         if self.km is not None:
             with contextlib.suppress(Exception):
                 self.km.shutdown_kernel(now=True)
         if self.proc is not None:
-            with contextlib.suppress(Exception):
-                self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    self.proc.kill()
         with _LIVE_LOCK:
             _LIVE_KERNELS.discard(self)
+
+
+def _quietly(call) -> None:
+    with contextlib.suppress(Exception):
+        call()
 
 
 def check_socket_path(host: Path) -> None:

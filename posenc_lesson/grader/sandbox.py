@@ -37,11 +37,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import cgroup
 from .shut_in import INSIDE, SYS_PIVOT_ROOT, UID_BASE, Spec, close_fds, enter_zygote, warden
 
 __all__ = ["HOW_TO_FIX", "INSIDE", "UID_BASE", "Spec", "close_fds", "enter_zygote", "hide_from_kernels",
-           "kernel_env", "make_spec", "outermost", "probe", "python_paths", "unsupported", "warden",
-           "wrapper"]
+           "kernel_env", "kernel_groups", "make_spec", "outermost", "probe", "python_paths", "unsupported",
+           "warden", "wrapper"]
 
 _HIDDEN: set[str] = set()  # files or folders masked inside every kernel (hide_from_kernels)
 
@@ -99,15 +100,25 @@ def kernel_env(threads: int = 1) -> dict[str, str]:
     return env
 
 
-def make_spec(memory: int, disk: int, newroot: Path) -> Spec:
+def make_spec(memory: int, disk: int, newroot: Path, cpus: float = 1.0,
+              groups: cgroup.Groups | None = None) -> Spec:
     """The spec for this machine and this Python (the zygote adds what it imported itself).
 
     Not root: user namespaces. ``POSENC_GRADE_USERNS=1`` takes that way as root too (the
-    tests use it so that CI, which runs as root, also grades through it).
+    tests use it so that CI, which runs as root, also grades through it). ``groups``: the run's
+    cgroups (``cgroup.setup``), one per kernel below them; without a memory one, the kernels
+    refuse memfd_create.
     """
     userns = os.geteuid() != 0 or os.environ.get("POSENC_GRADE_USERNS") == "1"
+    runs = dict(groups.runs) if groups else {}
     return Spec(memory=memory, disk=disk, userns=userns, binds=python_paths(),
-                hide=sorted(_HIDDEN), env=kernel_env(), newroot=str(newroot))
+                hide=sorted(_HIDDEN), env=kernel_env(), newroot=str(newroot), cpus=cpus, cgroups=runs,
+                refuse_memfd="memory" not in runs)
+
+
+def kernel_groups(spec: Spec, name: str) -> list[str]:
+    """A kernel's own cgroups under the run's (``cgroup.make``): the folders its warden joins."""
+    return cgroup.make(spec.cgroups, name, spec.memory, spec.disk, spec.cpus) if spec.cgroups else []
 
 
 
@@ -140,11 +151,18 @@ def probe(spec: Spec, host_dir: Path, timeout: float = 30.0) -> str | None:
     why = unsupported()
     if why:
         return why
+    try:
+        spec = Spec.loads(spec.dumps())
+        spec.join = kernel_groups(spec, "probe")
+    except OSError as exc:
+        return f"the probe's cgroups could not be made ({exc})"
     cmd = [*wrapper(), "--probe", spec.dumps(), str(host_dir)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=spec.env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the sandbox probe did not run ({type(exc).__name__}: {exc})"
+    finally:
+        cgroup.remove(spec.join)
     if done.returncode == 0 and done.stdout.split()[-1:] == ["sandboxed"]:
         return None
     said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]

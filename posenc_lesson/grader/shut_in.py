@@ -16,6 +16,7 @@ Python 3.11 has no ``os.unshare``, ``mount`` or ``pivot_root``: they are called 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -33,13 +34,16 @@ ETC_FILES = ("passwd", "group", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "l
              "localtime", "hosts", "mime.types")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+# (AUDIT_ARCH_*, memfd_create's number) per machine, for the seccomp filter (_refuse_memfd)
+MEMFD = {"x86_64": (0xC000003E, 319), "aarch64": (0xC00000B7, 279), "riscv64": (0xC00000F3, 279),
+         "ppc64le": (0xC0000015, 360), "s390x": (0x80000016, 350)}
 
 
 @dataclass
@@ -55,6 +59,10 @@ class Spec:
     hide: list[str] = field(default_factory=list)  # masked inside (an empty file or folder)
     env: dict[str, str] = field(default_factory=dict)  # the kernel's whole environment
     newroot: str = ""  # an empty host folder the kernel's root is built on
+    cpus: float = 1.0  # the CPU quota of each kernel's cgroup
+    cgroups: dict = field(default_factory=dict)  # controller -> [version, the run's group] (cgroup.setup)
+    refuse_memfd: bool = False  # no memory cgroup: memfd_create fails, SysV shared memory capped at 0
+    join: list[str] = field(default_factory=list)  # this kernel's groups (cold start; forks: the request)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
@@ -135,13 +143,16 @@ def report(fd: int, line: str) -> None:
         pass
 
 
-def warden(spec: Spec, host_dir: str, connection: dict, report_fd: int) -> None:
-    """In a fresh child of the zygote: build H, fork the kernel K and shut it in.
+def warden(spec: Spec, host_dir: str, connection: dict, report_fd: int, join: list[str] = ()) -> None:
+    """In a fresh child of the zygote: join the kernel's cgroups, build H, fork the kernel K and
+    shut it in.
 
     Returns in K only, once it is shut in and has reported "ok" on ``report_fd``; W waits for K
     and exits with it. A failure is reported as "error: ..." and ends the process (exit 70).
     """
     try:
+        for folder in join:  # before K exists: K and all it forks are in W's groups
+            _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
         _warden(spec, host_dir, connection, report_fd)
     except BaseException as exc:
         report(report_fd, f"error: the sandbox could not be set up: {type(exc).__name__}: {exc}")
@@ -280,8 +291,12 @@ def _shut_in(spec: Spec, host_dir: str, uid: int) -> None:
     nproc = spec.nproc
     if spec.userns:  # RLIMIT_NPROC counts every process of the real uid: leave the others room
         nproc += sum(1 for p in os.listdir("/proc") if p.isdigit())  # (the host's /proc, still)
-    unshare(CLONE_NEWNS)  # K's own: pivot_root must not move W's root
+    unshare(CLONE_NEWCGROUP | CLONE_NEWNS)  # K's own: its cgroup is "/"; pivot_root must not move W's root
     _build_root(spec, host_dir)
+    if spec.refuse_memfd:
+        for name in ("shmmax", "shmall"):  # this IPC namespace's (W made it): no SysV segment at all
+            with contextlib.suppress(OSError):
+                _write(f"/proc/sys/kernel/{name}", "0")
     _call("sethostname", b"sandbox", ctypes.c_size_t(7))
     _limits(spec, nproc)
     os.environ.clear()
@@ -298,7 +313,34 @@ def _shut_in(spec: Spec, host_dir: str, uid: int) -> None:
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # no capabilities left
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if spec.refuse_memfd:
+        _refuse_memfd()
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _refuse_memfd() -> None:
+    """A seccomp filter: memfd_create fails with EPERM (no memory cgroup would count its pages).
+
+    Classic BPF over struct seccomp_data {int nr; u32 arch; ...}: another ABI's system calls
+    (i386, x32 on x86_64), whose numbers differ, fail too; everything else is allowed.
+    """
+    arch, nr = MEMFD[platform.machine()]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
+    program = [(ld, 0, 0, 4), (jeq, 0, 4, arch), (ld, 0, 0, 0), (jge, 2, 0, 0x40000000), (jeq, 1, 0, nr),
+               (ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(program))(*program)
+    prog = Program(len(program), filters)
+    _call("prctl", ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0),
+          ctypes.c_ulong(0))  # SECCOMP_MODE_FILTER
 
 
 def close_fds(keep: tuple[int, ...] = ()) -> None:
@@ -348,7 +390,7 @@ def _main(argv: list[str]) -> int:
         print(f"error: no user namespace: {exc}", flush=True)
         return 1
     connection = json.loads(argv[3]) if mode == "--exec" else {}
-    warden(spec, host_dir, connection, os.dup(1))  # returns in K only, "ok" reported on stdout
+    warden(spec, host_dir, connection, os.dup(1), spec.join)  # returns in K only, "ok" reported on stdout
     if mode == "--probe":
         try:
             _self_check()

@@ -80,7 +80,8 @@ def _fork_sandboxed(spec: sandbox.Spec, request: dict) -> dict:
     if pid == 0:
         try:
             os.close(ready_r)
-            sandbox.warden(spec, request["host_dir"], request["connection"], ready_w)  # in the kernel
+            sandbox.warden(spec, request["host_dir"], request["connection"], ready_w,
+                           request.get("join", []))  # returns in the kernel
             _become_kernel(f"{sandbox.INSIDE}/kernel.json", sandbox.INSIDE, 0)
         finally:
             os._exit(0)
@@ -110,8 +111,11 @@ def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -
     Protocol, one JSON object per line: the grader writes ``{"connection_file": ..., "cwd": ...}``
     (or, sandboxed, ``{"host_dir": ..., "connection": {...}}``) to stdin and reads
     ``{"pid": ...}`` (and ``"error"`` when a sandbox could not be set up) from stdout.
-    When stdin closes, every kernel forked is killed and the zygote exits.
+    When stdin closes, every kernel forked is killed and the zygote exits. ``spec`` "-": the
+    sandbox's spec is the first line on stdin (so that no kernel's /proc/1/cmdline shows it).
     """
+    if spec == "-":
+        spec = sys.stdin.readline()
     box = sandbox.Spec.loads(spec) if spec else None
     if box is not None:
         sandbox.enter_zygote(box)  # before any import can start a thread
