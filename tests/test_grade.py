@@ -364,12 +364,13 @@ def test_a_broken_file_gets_a_row_not_a_crash(graded, student):
 # --------------------------------------------------------------------------------------
 
 def test_the_notebook_time_limit_stops_a_slow_notebook_and_force_replaces_grades(tmp_path):
-    nb = _variant(_set("import time\ntime.sleep(30)\n" + _solution()))
+    # the limit leaves the course's own cells room on a busy machine (they took > 6 s at load 11)
+    nb = _variant(_set("import time\ntime.sleep(300)\n" + _solution()))
     nbformat.write(nb, tmp_path / f"{SUBJECT}.ipynb")
     out = tmp_path / "out"
     out.mkdir()
     (out / "grades.csv").write_text("the instructor's old grades\n")
-    cmd = [str(POSENC_GRADE), "--timeout", "60", "--notebook-timeout", "6", "--out", str(out),
+    cmd = [str(POSENC_GRADE), "--timeout", "600", "--notebook-timeout", "20", "--out", str(out),
            str(tmp_path / f"{SUBJECT}.ipynb")]
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--force" in refused.stderr
@@ -377,7 +378,7 @@ def test_the_notebook_time_limit_stops_a_slow_notebook_and_force_replaces_grades
     done = subprocess.run([*cmd, "--force"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / SUBJECT / f"{SUBJECT}.json").read_text())
-    assert report["score"] == 0 and "6 s time limit" in report["reason"]
+    assert report["score"] == 0 and "20 s time limit" in report["reason"]
     assert (out / "grades.csv").read_text().startswith("student,notebook,score,max_score,")
 
 
