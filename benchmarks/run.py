@@ -23,6 +23,7 @@ ratios (measured in the same run) stay fair. Speed goals live in this report, no
 
     .venv/bin/python benchmarks/run.py            # everything, a few minutes more than make test
     .venv/bin/python benchmarks/run.py --quick    # the kernels only, smaller grid, fewer rounds
+    .venv/bin/python benchmarks/run.py --only grading --out /tmp/bench.md   # one section, elsewhere
 """
 
 from __future__ import annotations
@@ -757,6 +758,9 @@ def main() -> None:
                              "all) instead of reusing it")
     args = parser.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 11)
+SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "sizing", "book")
+
+
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:
         skip |= {"notebooks", "lm_lab", "grading", "book"}
@@ -766,6 +770,8 @@ def main() -> None:
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
+    parser.add_argument("--only", default="", help="comma list of the only sections to run (the others "
+                        "skipped), e.g. --only grading --out /tmp/bench.md")
 
     res: dict = {"argv": " ".join(sys.argv[1:]), "load_start": os.getloadavg(),
                  "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
@@ -775,6 +781,8 @@ def main() -> None:
     if "alibi" not in skip:
         res["alibi"] = bench_alibi(args, log)
         res["alibi"]["memory"] = plot_alibi_memory(args.out.parent / "alibi_memory.png")
+    if args.only:
+        skip |= set(SECTIONS) - set(args.only.split(","))
     if "sinusoidal" not in skip:
         res["sinusoidal"] = bench_sinusoidal(args, log)
     if "notebooks" not in skip:
