@@ -3,11 +3,12 @@
 
 First piece by piece, in a sandboxed process forked from this one (fast): a kernel's cgroup kills
 it for holding more shared memory (memfd) than --memory + --disk allows; without a memory
-cgroup, memfd_create is refused; /proc/self/cgroup, mountinfo, maps and environ show no folder
-of the grader's. Then end to end, each attack beside an honest student at full marks: memfd
-hogs and a kernel that ignores SIGINT and SIGTERM in one class, 16 spinners after os.setsid()
-next to an honest notebook in another; the honest notebook's time beside the spinners is
-compared with its time beside no spinner.
+cgroup, memfd_create and SysV shared memory are refused; /proc/self/cgroup, mountinfo, maps
+and environ show no folder of the grader's; closing a zygote that stopped answering is bounded.
+Then end to end, each attack beside an honest student at full marks: memfd hogs and a kernel
+that ignores SIGINT and SIGTERM in one class, 16 spinners after os.setsid() next to an honest
+notebook in another; the honest notebook's time beside the spinners is compared with its time
+beside no spinner.
 
 The cgroup tests need root and a writable cgroup (v2, or v1's memory and cpu controllers); they
 skip, saying so, where there is none.
@@ -146,10 +147,21 @@ def test_a_kernels_cgroup_kills_it_for_holding_too_much_shared_memory(tmp_path):
         cgroup.teardown(groups.runs)
 
 
-def test_without_a_memory_cgroup_memfd_create_is_refused(tmp_path):
+def _sysv() -> str:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(0, ctypes.c_size_t(64 * 2**20), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    return "refused" if shmid == -1 else f"segment {shmid}"
+
+
+def test_without_a_memory_cgroup_memfd_create_and_sysv_shared_memory_are_refused(tmp_path):
     said, status = _inside(tmp_path, _hog)  # no groups: the spec refuses memfd_create (seccomp)
     assert said is not None and said.startswith("refused:") and "not permitted" in said, said
     assert status == 0
+    assert _inside(tmp_path, _sysv) == ("refused", 0)
+    said, status = _inside(tmp_path, _sysv, refuse_memfd=False)
+    assert said.startswith("segment") and status == 0, said  # what the cap stops
 
 
 def test_a_kernels_proc_names_no_folder_of_the_graders(tmp_path):
@@ -185,6 +197,23 @@ def _no_host_path(text: str, *folders: Path) -> None:
     for folder in (ROOT, *folders, Path(os.path.realpath(os.environ.get("TMPDIR", "/tmp"))) / "posenc-grade-",
                    "process_api", "posenc-grade-", Path.home()):
         assert str(folder) not in text or str(folder) == "/", (folder, text[:3000])
+
+
+def test_closing_a_zygote_that_stopped_answering_is_bounded(tmp_path):
+    """A zygote stopped (SIGSTOP: it neither reads its stdin nor exits) is killed after
+    STOP_TIMEOUT s; the grader does not wait on it for ever."""
+    from posenc_lesson.grader import kernel
+
+    (tmp_path / "newroot").mkdir()
+    zygote = kernel.Zygote("posenc_lesson.tasks", tmp_path,
+                           sandbox.make_spec(MEMORY, DISK, tmp_path / "newroot"))
+    zygote._start()
+    assert zygote.proc is not None
+    proc = zygote.proc
+    os.kill(proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    zygote.close()
+    assert time.monotonic() - t0 < kernel.STOP_TIMEOUT + 5 and proc.poll() is not None
 
 
 # --------------------------------------------------------------------------------------

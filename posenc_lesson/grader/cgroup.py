@@ -42,6 +42,7 @@ import atexit
 import contextlib
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -235,6 +236,10 @@ def pids(folder: str) -> list[int]:
         return []
 
 
+_later: list[str] = []  # kernels' groups whose processes were still exiting (removed next time)
+_later_lock = threading.Lock()
+
+
 def remove(folders: list[str], wait: float = 2.0) -> list[str]:
     """Kill whatever is left in these groups and remove them; waits at most ``wait`` seconds.
 
@@ -266,9 +271,19 @@ def remove(folders: list[str], wait: float = 2.0) -> list[str]:
     return left
 
 
+def kill_now(folders: list[str]) -> None:
+    """Kill every process in these groups; remove them once their processes are gone, without
+    waiting for that (a dead kernel's memory takes a few tens of ms to be freed): what is left is
+    removed at the next call, or by ``teardown``. Called by the grader's threads at once."""
+    with _later_lock:
+        _later[:] = remove([*_later, *folders], wait=0)
+
+
 def teardown(runs: dict) -> None:
     """Remove the run's groups and any kernel group still in them (at exit, bounded)."""
-    for _, run in set(runs.values()):
+    with _later_lock:
+        _later[:] = remove(_later)
+    for _, run in {tuple(r) for r in runs.values()}:
         with contextlib.suppress(OSError):
             remove([os.path.join(run, d) for d in os.listdir(run)
                     if os.path.isdir(os.path.join(run, d))])

@@ -378,8 +378,9 @@ class Kernel:
         given STOP_TIMEOUT s, and a warden that has not exited by then is killed again."""
         with contextlib.suppress(Exception):
             self._signal(signal.SIGKILL)  # the whole group: also whatever the learner's code spawned
-        if self.groups:
-            self.groups = cgroup.remove(self.groups)  # every process in them, however it left the group
+        if self.groups:  # every process in them, however it left the process group
+            cgroup.kill_now(self.groups)
+            self.groups = []
         if self.kc is not None:
             closing = threading.Thread(target=_quietly, args=(self.kc.stop_channels,), daemon=True)
             closing.start()
