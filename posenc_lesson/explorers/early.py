@@ -1,4 +1,5 @@
-"""Explorers of lessons 02, 03 and 05: the sinusoidal table, the offset matrix, T5's buckets.
+"""Explorers of lessons 01 to 05: word order, the sinusoidal table, the offset matrix, the
+learned table, T5's buckets.
 
 Each function draws one figure for one setting of its explorer's controls (its keyword
 arguments, defaults = the first frame); lessons call them through ``viz.explorer``, the
@@ -7,6 +8,8 @@ website renders them for every setting it offers (``posenc_lesson.explorers.EXPL
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -14,8 +17,58 @@ import numpy as np
 import torch
 
 from .. import viz
+from ..attention import scaled_dot_product_attention
 from ..relative import T5RelativePositionBias, t5_relative_position_bucket
 from ..sinusoidal import get_sinusoidal_encoding, sinusoidal_frequencies, sinusoidal_offset_matrix
+
+# ---- lesson 01: word order -------------------------------------------------------------------
+
+ORDERS = list(itertools.permutations(["dog", "bites", "man"]))  # the six orders, order=0 the original
+
+
+@functools.cache
+def _one_head() -> dict:
+    """Lesson 01's toy head, drawn from a fixed seed (the lesson's own cells draw unseeded ones):
+    a (D,) embedding per word of "dog bites man", W_Q, W_K, W_V (D, Dh), the (16, D) sinusoidal
+    table; D = Dh = 8 as in the lesson."""
+    g = torch.Generator().manual_seed(0)
+    d = 8
+    embedding = {word: torch.randn(d, generator=g) for word in ("dog", "bites", "man")}
+    w_q, w_k, w_v = (torch.randn(d, d, generator=g) / d**0.5 for _ in range(3))
+    return {"embedding": embedding, "w": (w_q, w_k, w_v), "sinusoidal": get_sinusoidal_encoding(16, d)[0]}
+
+
+def _attend(words, encoding, causal):
+    head = _one_head()
+    x = torch.stack([head["embedding"][w] for w in words])  # (T, D)
+    if encoding == "sinusoidal":
+        x = x + head["sinusoidal"][: len(words)]  # (T, D)
+    w_q, w_k, w_v = head["w"]
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, causal=causal)  # (T, Dh), (T, T)
+
+
+def explore_order(order=0, encoding="none", causal=False):
+    """Lesson 01: one head of self-attention on order `order` of "dog bites man" (0..5), with or
+    without the sinusoidal table added and the causal mask: the attention map, each token's
+    output and the mean-pooled row, and how far the pooled row moved from the original order's
+    (with no encoding and no mask it never moves)."""
+    words = list(ORDERS[order])
+    out, weights = _attend(words, encoding, causal)
+    reference, _ = _attend(list(ORDERS[0]), "none", False)
+    table = torch.cat([out, out.mean(dim=0, keepdim=True)])  # (T + 1, Dh): outputs, then the pooled row
+    changed = (out.mean(dim=0) - reference.mean(dim=0)).norm().item()
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), layout="constrained")
+    im = viz.heatmap(weights, title="attention weights", xlabel="key (attended to)",
+                     ylabel="query (attending)", cbar_label="attention weight", cmap="viridis", vmin=0,
+                     vmax=1, ax=axes[0])
+    im.axes.set_xticks(range(len(words)), words)
+    im.axes.set_yticks(range(len(words)), words)
+    viz.heatmap(table, title=f"outputs (pooled moved by {changed:.3f})", xlabel="output channel",
+                ylabel="token", cbar_label="value", ax=axes[1], vmin=-1.5, vmax=1.5)
+    axes[1].set_yticks(range(len(words) + 1), words + ["mean"])
+    fig.suptitle(f"'{' '.join(words)}'  ·  encoding: {encoding}  ·  causal: {causal}")
+    plt.show()
 
 
 def explore_table(d_model=64, base=10000.0, position=20):
@@ -68,6 +121,42 @@ def draw_offset(k=3, pos=2, d_model=16):
     plt.show()
     return after
 
+
+# ---- lesson 04: the learned table ---------------------------------------------------------------
+
+def learned_copy_table() -> torch.Tensor:
+    """Lesson 04, section 4c: the learned table of a TinyDecoder trained 300 steps on copying
+    1..16 symbols, seed 0, (64, 64): stored (lab_models.COPY_TABLE), the site does not train."""
+    from .lab_models import copy_table
+
+    return copy_table()
+
+
+def _similarity(p: torch.Tensor) -> torch.Tensor:
+    unit = torch.nn.functional.normalize(p, dim=-1)  # (L, D) rows of length 1
+    return unit @ unit.T  # (L, L)
+
+
+def table_explorer(rows=48, d_model=64):
+    """Lesson 04: cosine similarity of the first `rows` rows of the table section 4c trains
+    (learned_copy_table, (64, 64)), beside the sinusoidal table of width `d_model`. Rows 33..
+    never got a gradient (black lines)."""
+    trained = learned_copy_table()
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10.5, 4))
+    viz.heatmap(_similarity(trained[:rows]), ax=ax0, vmin=-1, vmax=1, cbar_label="cosine similarity",
+                title=f"learned, rows 0..{rows - 1} ({rows} x 64 = {rows * 64:,} parameters)",
+                xlabel="position t", ylabel="position s")
+    if rows > 33:  # rows 33.. never got a gradient
+        ax0.axhline(32.5, color="k", lw=1)
+        ax0.axvline(32.5, color="k", lw=1)
+    viz.heatmap(_similarity(get_sinusoidal_encoding(rows, d_model)[0]), ax=ax1, vmin=-1, vmax=1,
+                cbar_label="cosine similarity", title=f"sinusoidal, d_model = {d_model} (0 parameters)",
+                xlabel="position t", ylabel="position s")
+    plt.tight_layout()
+    plt.show()
+
+
+# ---- lesson 05: T5's buckets ---------------------------------------------------------------------
 
 def draw_t5(num_buckets=32, max_distance=128, bidirectional=True):
     """Lesson 05: T5's bucket against offset, and the bias map of an illustrative bucket table.

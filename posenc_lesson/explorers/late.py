@@ -1,4 +1,9 @@
-"""Explorers of lessons 06, 07 and 09: one RoPE pair, ALiBi's heads, stretched frequencies.
+"""Explorers of lessons 06 to 11: one RoPE pair, ALiBi's heads, the copy lab's trained models,
+stretched frequencies, the language lab's loss by position, 2-D RoPE's scores on a grid.
+
+The lab explorers (08, 10) draw from what the labs stored, never by training: lesson 08's from
+the full lab's seed-0 weights (posenc_lesson.explorers.lab_models), lesson 10's from
+notebooks/10_results.csv.
 
 Each function draws one figure for one setting of its explorer's controls (its keyword
 arguments, defaults = the first frame); lessons call them through ``viz.explorer``, the
@@ -15,9 +20,13 @@ import torch
 from .. import viz
 from ..alibi import alibi_bias, alibi_slopes
 from ..attention import causal_mask, scaled_dot_product_attention
+from ..multi_axis import apply_axial_rope, grid_positions
 from ..rope import apply_rope, rope_frequencies, rope_rotation_matrix
 from ..rope_scaling import scaled_rope_frequencies
 
+# lessons 08 and 10's colours, one per scheme
+SCHEME_COLOURS = {"none": "0.5", "sinusoidal": "C0", "learned": "C3", "rope": "C2", "alibi": "C1",
+                  "shaw": "C4", "t5": "C5"}
 # lesson 09's colours, one per scaling method
 COLOURS = {"none": "0.45", "linear": "C0", "ntk": "C1", "dynamic": "C4", "yarn": "C2", "llama3": "C3"}
 # lesson 09's head: Dh, base and training length of a Llama-sized model
@@ -124,4 +133,114 @@ def stretch_explorer(method="yarn", factor=8.0):
         ax.axvline(T_ORIG, color="k", lw=0.8, ls="--")
         ax.axvline(target, color="k", lw=0.8, ls=":")
     plt.tight_layout()
+    plt.show()
+
+
+def lab_explorer(length=32, scheme="alibi", layer=2, head=0, models=None, config=None):
+    """Lesson 08: one trained model of the copy lab at test length n = `length`: the accuracy at
+    each copied symbol k (128 fresh sequences), and one sequence's attention weights in `layer`
+    (1-based) and `head`. `models` ({scheme: model}) and `config` (its LabConfig) are the
+    lesson's run; None: the full lab's seed-0 models (lab_models, what the website shows) and
+    FULL, whose L = 16 makes length=32 the default 2L."""
+    import functools
+
+    from ..lab.copy_task import copy_batch
+    from ..lab.experiments import FULL
+    from ..lab.train import position_accuracy
+    from .lab_models import lab_models
+
+    config = FULL if config is None else config
+    model = (lab_models() if models is None else models)[scheme]
+    L = config.train_length
+    make = functools.partial(copy_batch, 64, length, config.vocab_size)
+    accuracy = position_accuracy(model, make, batches=2, seed=99)  # (n,)
+    example, _ = make(generator=torch.Generator().manual_seed(7))  # (64, T)
+    with torch.no_grad():
+        _, maps = model(example[:1], return_attention=True)
+    weights = maps[layer - 1][0, head]  # (T, T)
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.5))
+    last_seen_k = min(length, 2 * L - length)  # symbol k is predicted at position n + k <= 2L
+    if last_seen_k >= 1:
+        ax0.axvspan(0.5, last_seen_k + 0.5, color="0.92", label="predicted at a position trained for")
+    ax0.plot(range(1, length + 1), accuracy, marker=".", color=SCHEME_COLOURS[scheme], label=scheme)
+    ax0.axhline(config.chance, color="k", lw=0.8, ls=":", label="chance")
+    ax0.set_ylim(-0.03, 1.03)
+    ax0.set_title(f"{scheme}: accuracy at each copied position, n = {length}")
+    ax0.set_xlabel("k, position in the copy")
+    ax0.set_ylabel("token accuracy")
+    ax0.legend(loc="upper left", bbox_to_anchor=(0, -0.15), ncol=3, fontsize=8)  # below the axes
+    viz.heatmap(weights, ax=ax1, cmap="viridis", vmin=0, vmax=1,
+                title=f"{scheme}: attention, layer {layer}, head {head}",
+                xlabel="key position j", ylabel="query position i", cbar_label="attention weight")
+    ax1.axvline(length + 1, color="w", lw=0.6)
+    ax1.axhline(length + 1, color="w", lw=0.6)
+    if 2 * length + 1 > 2 * L:
+        ax1.axhline(2 * L + 0.5, color="r", lw=0.8, ls="--")
+    plt.tight_layout()
+    plt.show()
+
+
+def position_explorer(scheme="sinusoidal", length=512):
+    """Lesson 10: the language lab's loss by position in non-overlapping windows of `length`
+    bytes (notebooks/10_results.csv, what `make experiments` wrote): each seed a thin line, their
+    mean thick, L = 64 dashed. A learned table has no row past L: its window is L. Returns the
+    mean curve's values."""
+    from ..lab.lm_lab import FULL, value
+
+    rows = _lm_rows()
+    L = FULL.train_length
+    if scheme == "learned" and length > L:
+        print(f"learned: no row past L = {L}, so no window of {length} bytes")
+        length = L
+
+    def by_position(seed=None):
+        pts = sorted({r["position"] for r in rows if r["metric"] == "bpb_position" and r["scheme"] == scheme
+                      and r["length"] == length})
+        return pts, [value(rows, scheme, "bpb_position", length, position=p, seed=seed) for p in pts]
+
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for seed in FULL.seeds:
+        pts, ys = by_position(seed)
+        ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=SCHEME_COLOURS[scheme], lw=0.8, alpha=0.6)
+    pts, ys = by_position()
+    ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=SCHEME_COLOURS[scheme], lw=2.5,
+            label=f"{scheme}, mean")
+    ax.axvline(L, color="k", ls="--", lw=0.8)
+    ax.set_title(f"{scheme}: loss by position, windows of {length} bytes")
+    ax.set_xlabel("position t in the window")
+    ax.set_ylabel("bits per byte")
+    ax.legend(fontsize=8)
+    plt.show()
+    return ys
+
+
+_LM_ROWS: dict = {}
+
+
+def _lm_rows() -> list[dict]:
+    """notebooks/10_results.csv, read once per process (reread when the file changes)."""
+    from ..lab.lm_lab import RESULTS_CSV, read_csv
+
+    stamp = RESULTS_CSV.stat().st_mtime_ns
+    if _LM_ROWS.get("stamp") != stamp:
+        _LM_ROWS.update(stamp=stamp, rows=read_csv(RESULTS_CSV))
+    return _LM_ROWS["rows"]
+
+
+def grid_scores(G=8, coordinates="integer", base=100.0):
+    """Lesson 11: the score of one query at the centre of a G x G grid against a key at every
+    patch, under axial RoPE (16 channels, (8, 8) per axis, half layout) with integer or
+    normalised coordinates and frequency base `base`."""
+    qe, ke = torch.randn(2, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    if coordinates == "integer":
+        p_ = grid_positions(G, G).double()
+    else:
+        p_ = 2 * math.pi * grid_positions(G, G, normalize=True)
+    centre_ = (G // 2) * G + G // 2
+    s = apply_axial_rope(ke.expand(G * G, 16), p_, (8, 8), base=base, layout="half") @ \
+        apply_axial_rope(qe[None], p_[centre_:centre_ + 1], (8, 8), base=base, layout="half")[0]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    viz.heatmap(s.view(G, G), title=f"{coordinates} coordinates, G = {G}, base {base:g}", xlabel="column x",
+                ylabel="row y", cbar_label="q(centre) . k(patch)", ax=ax)
     plt.show()
