@@ -3,9 +3,9 @@
 ``nbgrader generate_assignment`` on solutions/, configured as the README says, must give the same
 student notebooks as exercises/, byte for byte (tools/make_exercises.py runs nbgrader's own release
 preprocessors, in nbgrader's order; no explanation of a solution is released), and
-``nbgrader autograde`` must give the solutions full marks and the blank exercises zero, with the same
-points per notebook as posenc_lesson.tasks. Two courses (each with its own sqlite gradebook) run side
-by side.
+``nbgrader autograde`` must give the solutions full marks and the blank exercises zero (three
+lessons), with the same points per notebook as posenc_lesson.tasks (every lesson). Two courses
+(each with its own sqlite gradebook) run side by side.
 """
 
 from __future__ import annotations
@@ -68,13 +68,21 @@ def _wait(*procs: subprocess.Popen) -> None:
         assert p.returncode == 0, out[-3000:]
 
 
+# autograde executes every submitted notebook: three lessons here (the others are executed by
+# nbval and test_exercises); the release and its points are checked for every lesson
+AUTOGRADED = ("01_permutation_equivariance", "06_rope", "07_alibi")
+
+
 def _course(root: Path, student: str, submitted_from: Path) -> Path:
     root.mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
         CONFIG.format(root=str(root), db=f"sqlite:///{root / 'gradebook.db'}", stub=STUB)
         + EXPLANATION_CONFIG)
     shutil.copytree(SOLUTIONS, root / "source" / ASSIGNMENT)
-    shutil.copytree(submitted_from, root / "submitted" / student / ASSIGNMENT)
+    submitted = root / "submitted" / student / ASSIGNMENT
+    submitted.mkdir(parents=True)
+    for stem in AUTOGRADED:
+        shutil.copy2(submitted_from / f"{stem}.ipynb", submitted / f"{stem}.ipynb")
     return root
 
 
@@ -92,8 +100,11 @@ def courses(tmp_path_factory):
     for student, root in roots.items():
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
             submission = gb.find_submission(ASSIGNMENT, student)
-            scores[student] = {nb.name: (nb.score, nb.max_score) for nb in submission.notebooks}
-    return {"release": roots["solutions"] / "release" / ASSIGNMENT, "scores": scores}
+            scores[student] = {nb.name: (nb.score, nb.max_score) for nb in submission.notebooks
+                               if nb.name in AUTOGRADED}  # the gradebook lists the rest as missing
+            if student == "solutions":
+                released = {nb.name: nb.max_score for nb in gb.find_assignment(ASSIGNMENT).notebooks}
+    return {"release": roots["solutions"] / "release" / ASSIGNMENT, "scores": scores, "max": released}
 
 
 def _stems(folder: Path) -> list[str]:
@@ -169,9 +180,15 @@ def _points(stem: str) -> int:
     return sum(grading.TASKS[i].points for i in ids)
 
 
+def test_every_released_notebook_is_worth_posenc_grades_points(courses):
+    assert sorted(courses["max"]) == _stems(SOLUTIONS)
+    for stem, max_score in courses["max"].items():
+        assert max_score == _points(stem) > 0, stem
+
+
 def test_autograde_gives_the_solutions_full_marks(courses):
     scores = courses["scores"]["solutions"]
-    assert sorted(scores) == _stems(SOLUTIONS)
+    assert sorted(scores) == sorted(AUTOGRADED)
     for stem, (score, max_score) in scores.items():
         assert max_score == _points(stem) > 0, stem  # nbgrader's points are posenc-grade's points
         assert score == max_score, stem
@@ -179,7 +196,7 @@ def test_autograde_gives_the_solutions_full_marks(courses):
 
 def test_autograde_gives_the_blank_exercises_zero(courses):
     scores = courses["scores"]["blank"]
-    assert sorted(scores) == _stems(EXERCISES)
+    assert sorted(scores) == sorted(AUTOGRADED)
     for stem, (score, max_score) in scores.items():
         assert max_score == _points(stem) > 0, stem
         assert score == 0, stem
