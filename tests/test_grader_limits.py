@@ -74,8 +74,78 @@ def _groups():
 
 
 # --------------------------------------------------------------------------------------
+# The groups' files, on a stand-in tree (v2 and v1, whichever this machine has)
+# --------------------------------------------------------------------------------------
+
+def _fake_tree(tmp_path: Path, monkeypatch, version: str) -> Path:
+    """A cgroup tree of plain folders and files: what setup() and make() write is read back."""
+    root = tmp_path / version
+    if version == "v2":
+        root.mkdir()
+        (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (root / "cgroup.subtree_control").write_text("memory pids\n")
+        mounts = [(str(root), "cgroup2", {"rw"})]
+        own = {"": "/user.slice/session-1.scope"}
+    else:
+        for name in ("memory", "cpu"):
+            (root / name / "grader").mkdir(parents=True)
+        mounts = [(str(root / "memory"), "cgroup", {"rw", "memory"}),
+                  (str(root / "cpu"), "cgroup", {"rw", "cpu", "cpuacct"})]
+        own = {"memory": "/grader", "cpu": "/grader", "cpuacct": "/grader"}
+    monkeypatch.setattr(cgroup, "_mounts", lambda: mounts)
+    monkeypatch.setattr(cgroup, "_own", lambda: own)
+    monkeypatch.delenv("POSENC_GRADE_CGROUP", raising=False)
+    monkeypatch.setattr(cgroup.atexit, "register", lambda *_: None)  # nothing real to remove at exit
+    return root
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_the_groups_limits_follow_the_formula(tmp_path, monkeypatch, version):
+    root = _fake_tree(tmp_path, monkeypatch, version)
+    groups = cgroup.setup(jobs=3)
+    assert {c: v for c, (v, _) in groups.runs.items()} == {"memory": version, "cpu": version}
+    made = cgroup.make(groups.runs, "k1", MEMORY, DISK, 1.5)
+    total = str(MEMORY + DISK + cgroup.SLACK)  # 640M
+    if version == "v2":
+        run = root / f"posenc-grade-{os.getpid()}"
+        assert (root / "cgroup.subtree_control").read_text() == "+cpu"  # memory was on already
+        assert (run / "cgroup.subtree_control").read_text() == "+memory +cpu"
+        assert (run / "cpu.weight").read_text() == "300"  # three kernels' worth against the machine
+        assert made == [str(run / "k1")]
+        assert (run / "k1" / "memory.max").read_text() == total
+        assert (run / "k1" / "cpu.max").read_text() == "150000 100000"
+        assert (run / "k1" / "cpu.weight").read_text() == "100"
+    else:
+        memory, cpu = root / "memory" / "grader" / f"posenc-grade-{os.getpid()}", \
+            root / "cpu" / "grader" / f"posenc-grade-{os.getpid()}"
+        assert sorted(made) == sorted([str(cpu / "k1"), str(memory / "k1")])
+        assert (memory / "k1" / "memory.limit_in_bytes").read_text() == total
+        assert (cpu / "cpu.shares").read_text() == str(3 * 1024)
+        assert (cpu / "k1" / "cpu.cfs_quota_us").read_text() == "150000"
+        assert (cpu / "k1" / "cpu.cfs_period_us").read_text() == "100000"
+    lines = groups.header(MEMORY, DISK, 1.5)
+    assert f"a cgroup {version} per kernel holds at most 640M" in lines[0] and "1.5 CPU(s)" in lines[1]
+
+
+def test_no_writable_cgroup_is_said_in_the_header(tmp_path, monkeypatch):
+    monkeypatch.setattr(cgroup, "_mounts", lambda: [])
+    monkeypatch.delenv("POSENC_GRADE_CGROUP", raising=False)
+    groups = cgroup.setup()
+    assert groups.runs == {}
+    memory, cpu = groups.header(MEMORY, DISK, 1)
+    assert "no memory cgroup (no cgroup v2 or v1 hierarchy has it)" in memory
+    assert "memfd_create refused" in memory
+    assert "no cpu cgroup" in cpu and "bounded by the time limits only" in cpu
+    spec = sandbox.make_spec(MEMORY, DISK, tmp_path / "newroot", 1, groups)
+    assert spec.refuse_memfd and not spec.cgroups
+
+
+# --------------------------------------------------------------------------------------
 # Piece by piece: a sandboxed process forked from this one
 # --------------------------------------------------------------------------------------
+
+_oom = [False]  # whether the last _inside's groups saw the OOM killer
+
 
 def _inside(tmp_path: Path, job, groups=None, **spec_changes):
     """Run ``job()`` in a sandboxed kernel process K (a warden forked from here, as the zygote
@@ -111,6 +181,7 @@ def _inside(tmp_path: Path, job, groups=None, **spec_changes):
         chunks.append(chunk)
     os.close(out_r)
     _, status = os.waitpid(pid, 0)
+    _oom[:] = [cgroup.oom_killed(join)]
     cgroup.remove(join)
     assert said.strip() == "ok", said
     return (b"".join(chunks).decode() or None), os.waitstatus_to_exitcode(status)
@@ -141,8 +212,10 @@ def test_a_kernels_cgroup_kills_it_for_holding_too_much_shared_memory(tmp_path):
         said, status = _inside(tmp_path, _hog, groups)
         # the OOM killer took K (W exits 128 + 9) or W (K dies with it: PR_SET_PDEATHSIG)
         assert said is None and status in (128 + signal.SIGKILL, -signal.SIGKILL), (said, status)
+        assert _oom == [True]  # what Kernel.why_dead tells the grader
         said, status = _inside(tmp_path, _honest, groups)
         assert said == "held 48 MB" and status == 0, said  # honest use of its folder is no reason
+        assert _oom == [False]
     finally:
         cgroup.teardown(groups.runs)
 

@@ -228,6 +228,18 @@ def make(runs: dict, name: str, memory: int, disk: int, cpus: float) -> list[str
     return made
 
 
+def oom_killed(folders: list[str]) -> bool:
+    """Whether the OOM killer has killed a process of these groups (its memory was full)."""
+    for folder in folders:
+        for name in ("memory.events", "memory.oom_control"):  # v2, v1: a line "oom_kill N"
+            with contextlib.suppress(OSError, ValueError):
+                for line in _read(os.path.join(folder, name)).splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value) > 0:
+                        return True
+    return False
+
+
 def pids(folder: str) -> list[int]:
     """The processes in a group now (an empty list once it is gone)."""
     try:

@@ -39,7 +39,7 @@ STOP_TIMEOUT = 5.0  # seconds closing a kernel's sockets, or a zygote's exit, ma
 @dataclass
 class Reply:
     status: str  # "ok" | "error" | "timeout" | "died"
-    error: str = ""  # "Type: message" for "error"
+    error: str = ""  # "Type: message" for "error"; for "died", what Linux says killed it (or "")
     killed: bool = False  # the kernel had to be killed (it is gone)
     notebook_limit: bool = False  # the per-notebook limit, not the per-cell one, was hit
 
@@ -358,7 +358,7 @@ class Kernel:
         reply = self._wait(msg_id, until)
         at_notebook_limit = time.monotonic() >= deadline
         if reply is None and not self.alive():
-            return Reply("died")
+            return Reply("died", self.why_dead())
         if reply is None:
             with contextlib.suppress(Exception):
                 self._signal(signal.SIGINT)
@@ -371,6 +371,15 @@ class Kernel:
         if content.get("status") == "ok":
             return Reply("ok")
         return Reply("error", f"{content.get('ename', 'Error')}: {first_line(content.get('evalue', ''))}")
+
+    def why_dead(self) -> str:
+        """What ended a kernel that died, where Linux says: "" or the out-of-memory killer."""
+        if self.groups and cgroup.oom_killed(self.groups):
+            assert self.box is not None
+            return (f"killed for holding more memory than its cgroup's "
+                    f"{(self.box.memory + self.box.disk + cgroup.SLACK) >> 20} MiB (--memory + --disk + "
+                    f"{cgroup.SLACK >> 20} MiB), shared memory included")
+        return ""
 
     def kill(self) -> None:
         """SIGKILL the kernel's whole process group and its cgroups; forget it. Every wait is
