@@ -14,7 +14,7 @@ NBVAL  := --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-
 
 help:
 	@echo "make lab          open the course in JupyterLab (http://127.0.0.1:$(PORT), token login)"
-	@echo "make test         library tests, lint, then every notebook through nbval"
+	@echo "make test         lint, then the library tests and every notebook through nbval, in one session"
 	@echo "make lint         ruff check"
 	@echo "make exercises    regenerate exercises/ from solutions/"
 	@echo "make experiments  rerun the labs (length extrapolation, context extension, resolution) and rewrite their CSVs"
@@ -39,19 +39,20 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Under test, lessons 08 and 09 train their documented smaller labs (POSENC_FAST=1); `make lab` runs the full ones.
-test-lib test-notebooks: export POSENC_FAST = 1
+# Under test, the labs train their documented smaller versions (POSENC_FAST=1); `make lab` runs the full ones.
+test test-lib test-notebooks: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile $(PYTEST_ARGS) tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile notebooks solutions
+	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile $(PYTEST_ARGS) notebooks solutions
 
+# One session for the library's tests and the notebooks: the two workers stay busy to the end
+# (tests/conftest.py deals the slowest files first).
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory test-lib
-	$(MAKE) --no-print-directory test-notebooks
+	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile $(PYTEST_ARGS) tests notebooks solutions
 
 exercises: $(STAMP)
 	$(BIN)/python tools/make_exercises.py

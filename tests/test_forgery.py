@@ -50,7 +50,6 @@ EXERCISES = ROOT / "exercises"
 GRADE = [sys.executable, "-m", "posenc_lesson.grader"]
 SEED, SEED_B = 20_240_601, 7
 STEMS = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
-GRADED_STEMS = [s for s in STEMS if any(t[:2] == s[:2] for t in TASKS)]  # lessons with registered tasks
 
 # ---------------------------------------------------------------------------------------------
 # The attacks: (student, notebook stem, {grade_id: source}); cells not named keep the exercise's stub
@@ -399,6 +398,11 @@ ATTACKS = {
 
 # (student, grade_id) -> what must happen: "zero" (the task scores 0), "flagged" (a flag on that cell),
 # or "both"
+# The honest and blank students hand in the attacked lessons, so each attack is graded beside an
+# honest notebook of its lesson; test_grade grades every lesson's solution and blank exercise.
+CLASS_STEMS = sorted({stem for stem, _ in ATTACKS.values()})
+SEED_B_STEMS = ["01_permutation_equivariance", "06_rope"]  # again at another seed, end to end
+
 OUTCOMES = {
     ("forge_harvest", "06_apply_rope_interleaved"): "both",  # the library's functions are stubs there
     ("forge_state", "06_apply_rope_interleaved"): "both",
@@ -464,11 +468,13 @@ def graded(tmp_path_factory):
     for student, (stem, cells) in ATTACKS.items():
         _write_attack(klass / student / f"{stem}.ipynb", stem, cells)
     for who, folder in (("solutions", SOLUTIONS), ("blank", EXERCISES)):
-        for stem in GRADED_STEMS:
+        for stem in CLASS_STEMS:
             (klass / who).mkdir(parents=True, exist_ok=True)
             (klass / who / f"{stem}.ipynb").write_bytes((folder / f"{stem}.ipynb").read_bytes())
     runs = {SEED: _grade(klass, base / "out", SEED)}
-    shutil.copytree(klass / "solutions", base / "honest" / "solutions")
+    (base / "honest" / "solutions").mkdir(parents=True)
+    for stem in SEED_B_STEMS:
+        shutil.copy2(klass / "solutions" / f"{stem}.ipynb", base / "honest" / "solutions" / f"{stem}.ipynb")
     runs[SEED_B] = _grade(base / "honest", base / "out_b", SEED_B)
     again = base / "again"
     for student, stem in (("solutions", "06_rope"), ("solutions", "01_permutation_equivariance"),
@@ -515,16 +521,16 @@ def test_a_library_call_says_what_it_called(graded):
     assert "torch.ops.aten.scaled_dot_product_attention" in _task(report, "01_attention")["feedback"]
 
 
-@pytest.mark.parametrize("seed", [SEED, SEED_B])
-def test_the_honest_solutions_get_full_marks_and_no_flag_at_every_seed(graded, seed):
-    for stem in GRADED_STEMS:
+@pytest.mark.parametrize(("seed", "stems"), [(SEED, CLASS_STEMS), (SEED_B, SEED_B_STEMS)])
+def test_the_honest_solutions_get_full_marks_and_no_flag_at_every_seed(graded, seed, stems):
+    for stem in stems:
         report = graded[seed]["reports"][("solutions", stem)]
         assert report["score"] == report["max_score"] > 0, [t["feedback"] for t in report["tasks"]]
         assert report["flags"] == [] and "seed" not in report
 
 
 def test_blank_exercises_score_0_and_raise_no_flag(graded):
-    for stem in GRADED_STEMS:
+    for stem in CLASS_STEMS:
         report = graded[SEED]["reports"][("blank", stem)]
         assert report["score"] == 0 and report["flags"] == []
 

@@ -243,6 +243,7 @@ def test_every_solution_gets_full_marks(graded):
         report = graded["reports"][("solutions", stem)]
         assert report["status"] == "ok", report["reason"]
         assert report["score"] == report["max_score"] > 0, [t["feedback"] for t in report["tasks"]]
+        assert report["flags"] == [] and "seed" not in report, (stem, report["flags"])
 
 
 def test_every_blank_exercise_gets_zero_with_helpful_feedback(graded):
@@ -251,7 +252,7 @@ def test_every_blank_exercise_gets_zero_with_helpful_feedback(graded):
     for stem in stems:
         report = graded["reports"][("blank", stem)]
         assert report["status"] == "ok", report["reason"]
-        assert report["score"] == 0 and report["max_score"] > 0
+        assert report["score"] == 0 and report["max_score"] > 0 and report["flags"] == []
         for t in report["tasks"]:
             assert "NotImplementedError" in t["feedback"], t
 

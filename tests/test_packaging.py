@@ -206,15 +206,40 @@ def foreign_env(tmp_path_factory):
     sources = _local_package_sources()
     if not sources:
         pytest.skip("no local package index or wheel folder configured for pip: this test installs offline")
-    venv = tmp_path_factory.mktemp("foreign") / "venv"
+    base = tmp_path_factory.mktemp("foreign")
+    venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    _share_torch(python, base / "torch-site")
     held = {"torch": "2.13.0", "numpy": _lower_bound("numpy"), "matplotlib": _lower_bound("matplotlib")}
     locked = {_name(p): p.split("==")[1] for p in _lock_pins()}
     assert held["numpy"] != locked["numpy"] and held["matplotlib"] != locked["matplotlib"]
     _pip(python, "install", "--quiet", "--no-compile", *sources,
-         *(f"{name}=={version}" for name, version in held.items()))
+         *(f"{name}=={version}" for name, version in held.items() if name != "torch"))
     return python, sources, held
+
+
+def _share_torch(python: pathlib.Path, folder: pathlib.Path) -> None:
+    """Give the new environment this one's torch and what torch needs, by links in a folder its
+    site-packages names in a .pth file: pip sees them installed (their .dist-info is on sys.path)
+    and the test skips copying 700 MB of torch."""
+    import importlib.metadata as metadata
+
+    folder.mkdir()
+    todo, seen = ["torch"], set()
+    while todo:
+        name = _name(todo.pop()).lower().replace("_", "-")
+        if name in seen or name in ("setuptools", "pip"):
+            continue
+        seen.add(name)
+        dist = metadata.distribution(name)
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+            source = pathlib.Path(dist.locate_file(top))
+            if source.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+        todo += [r.split(";")[0] for r in dist.requires or [] if "extra ==" not in r]
+    site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "shared-torch.pth").write_text(f"{folder}\n")
 
 
 @pytest.mark.slow
