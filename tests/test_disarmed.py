@@ -240,3 +240,48 @@ def test_a_key_that_is_a_link_or_too_short_is_refused(tmp_path):
     for name in ("short", "link"):
         with pytest.raises(ValueError, match="--key"):
             key.load_or_create(tmp_path / name)
+
+
+PER_TASK = '''
+import torch
+import posenc_lesson as pl
+from posenc_lesson.tasks import TASKS, disarm, registry
+
+lesson = [t for t in TASKS if t.startswith("07_")]
+stubbed = disarm.disarm(disarm.entries(registry.watch_spec, lesson))
+assert "posenc_lesson.alibi.alibi_slopes" in stubbed, stubbed
+'''
+BEFORE_ANY_TASK = "pl.alibi_slopes(8)  # every stub raises until a task is activated\n"
+
+
+def _in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess:
+    """disarm rewrites the library's functions in place: never in the test's own process."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_function_one_task_forbids_and_another_allows_raises_only_while_the_first_is_graded():
+    code = PER_TASK + textwrap.dedent('''
+        for task_id, slopes_raise in (("07_alibi_bias", False), ("07_alibi_slopes", True),
+                                      ("07_alibi_attention", False), ("07_fix_slopes", True)):
+            raising = disarm.activate(disarm.task_entries(registry.watch_spec, task_id))
+            try:
+                got = pl.alibi_slopes(8)  # a learner's call: this file is not the library's
+            except disarm.Disarmed:
+                assert slopes_raise, task_id
+            else:
+                assert not slopes_raise and torch.equal(got, 2.0 ** -torch.arange(1, 9.0)), task_id
+            assert ("posenc_lesson.alibi.alibi_slopes" in raising) == slopes_raise, (task_id, raising)
+            bias = pl.alibi_bias if task_id == "07_alibi_attention" else None
+            if bias is not None:  # the library's own callers always run the original
+                assert bias(4, 3).shape == (4, 3, 3)
+        print("per task ok")
+        ''')
+    run = _in_a_fresh_interpreter(code)
+    assert run.returncode == 0 and "per task ok" in run.stdout, run.stderr[-3000:]
+
+
+def test_before_any_task_is_activated_every_stub_raises():
+    run = _in_a_fresh_interpreter(PER_TASK + BEFORE_ANY_TASK)
+    assert run.returncode != 0 and "Disarmed" in run.stderr, run.stderr[-2000:]
+    assert "alibi_slopes is not available" in run.stderr, run.stderr[-2000:]

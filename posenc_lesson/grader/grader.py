@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks.disarm import entries as disarm_entries
+from ..tasks.disarm import task_entries as disarm_task_entries
 from ..tasks.in_kernel import learner_text
 from .archive import check_archive
 from .errors import InfrastructureError, capped, short
@@ -71,6 +72,7 @@ class Grader:
         self.seed = secrets.randbelow(2**31) if seed is None else seed
         self.key = key
         self._disarmed: dict[str, list] = {}  # exercise stem -> what its kernels stub (disarmed)
+        self._task_forbidden: dict[str, list] = {}  # task id -> the stubs that raise while it is graded
         self._hidden: dict[str, list] = {}  # task id -> its hidden cases for this run
         self._hidden_lock = threading.Lock()
         self.exercises = exercises
@@ -209,14 +211,23 @@ class Grader:
                 self._hidden[task_id] = self.checks.hidden_cases(task_id, seed)
             return self._hidden[task_id]
 
+    def _spec_of(self) -> Any:
+        return getattr(self.checks, "watch_spec", None) or \
+            importlib.import_module("posenc_lesson.tasks.registry").watch_spec
+
+    def task_forbidden(self, task_id: str) -> list:
+        """The stubs that raise while this task is graded (``tasks.disarm.task_entries``)."""
+        with self._hidden_lock:
+            if task_id not in self._task_forbidden:
+                self._task_forbidden[task_id] = disarm_task_entries(self._spec_of(), task_id)
+            return self._task_forbidden[task_id]
+
     def disarmed(self, ex: Exercise) -> list:
-        """What the exercise's kernels stub before any learner code (``tasks.disarm``): the
-        library functions its tasks forbid, except those another of its tasks allows."""
+        """What the exercise's kernels stub (``tasks.disarm``): the library functions any of its
+        tasks forbids; before each task the gate lets only that task's raise."""
         with self._hidden_lock:
             if ex.stem not in self._disarmed:
-                spec_of = getattr(self.checks, "watch_spec", None) or \
-                    importlib.import_module("posenc_lesson.tasks.registry").watch_spec
-                self._disarmed[ex.stem] = disarm_entries(spec_of, ex.tasks)
+                self._disarmed[ex.stem] = disarm_entries(self._spec_of(), ex.tasks)
             return self._disarmed[ex.stem]
 
     @staticmethod
@@ -247,7 +258,9 @@ class Grader:
         """Before the job file exists: ``in_kernel.gate`` stubs what the task forbids and refuses the
         task while a thread or process the learner started is alive (it could read the job and
         forge the outputs). None when the job may be written."""
-        code = f"import posenc_lesson.tasks.in_kernel as _g; _g.prepare(); _g.gate({inside!r}); del _g"
+        forbidden = self.task_forbidden(task_id)
+        code = (f"import posenc_lesson.tasks.in_kernel as _g; _g.prepare(); "
+                f"_g.gate({inside!r}, {forbidden!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         if reply.status == "died":
             return self._zero(task_id, "preparing the test crashed the kernel", "generic.crash"), True

@@ -4,7 +4,7 @@ The watch (``watch.Watch``) records a forbidden call while an answer runs under 
 forges the harvest, its state or its outputs runs where no watch is. So before any learner code
 (``in_kernel.install``), ``disarm(entries)`` replaces the *code* of every function the exercise
 forbids (``Task.forbidden``, as ``(file, qualname)`` entries of ``registry.watch_spec``, "*" for a
-whole module's public functions; none that another task of the exercise allows) by a stub::
+whole module's public functions) by a stub::
 
     fn.__code__ = stub   # same name, file and free variables; the function object stays
 
@@ -15,7 +15,9 @@ frame that is neither torch's nor Python's own code lies in posenc_lesson, outsi
 runner): ``apply_rope`` inside a lab model still works, a learner's call, direct or through
 torch (``nn.Module.__call__``), ``map`` or a thread pool, raises ``Disarmed``. Under the watch the
 stub's call is recorded as the forbidden function's own (its code has the function's file and
-name), so the feedback names it.
+name), so the feedback names it. A function one task of the exercise forbids and another allows
+(05's ``relative_positions``, 07's ``alibi_slopes``) is stubbed too; before each task the grader
+``activate``s what that task forbids, and the other stubs run the original.
 
 What this does not stop (``flags`` reports it): code compiled afresh from the library's source
 (``inspect.getsource`` + ``exec``, ``importlib.reload``, a re-import after ``sys.modules`` is
@@ -97,20 +99,41 @@ def _functions(module: types.ModuleType) -> list[tuple[str, Any]]:
     return found
 
 
+def task_entries(spec_of: Any, task_id: str) -> list[list[str]]:
+    """What one task forbids (grader side): the ``forbidden`` entries of its watch spec
+    (``spec_of(task_id)``, ``registry.watch_spec``) that the task itself does not allow; none
+    for a task ``spec_of`` does not know."""
+    try:
+        spec = spec_of(task_id)
+    except ValueError:
+        return []
+    allowed = {tuple(e) for e in spec["allowed"]}
+    return [list(e) for e in spec["forbidden"] if tuple(e) not in allowed]
+
+
 def entries(spec_of: Any, task_ids: Any) -> list[list[str]]:
-    """What an exercise's kernels stub (grader side): the ``forbidden`` entries of its tasks'
-    watch specs (``spec_of(task_id)``, ``registry.watch_spec``), except any another of its tasks
-    allows; a task ``spec_of`` does not know adds nothing."""
-    forbidden: list[list[str]] = []
-    allowed: set[tuple[str, ...]] = set()
+    """What an exercise's kernels stub (grader side): every entry one of its tasks forbids
+    (``task_entries``). A function one task forbids and another allows is stubbed too: before
+    each task the grader ``activate``s that task's entries, and the other stubs run the original."""
+    found: list[list[str]] = []
     for task_id in task_ids:
-        try:
-            spec = spec_of(task_id)
-        except ValueError:
-            continue
-        forbidden += [list(e) for e in spec["forbidden"] if list(e) not in forbidden]
-        allowed |= {tuple(e) for e in spec["allowed"]}
-    return [e for e in forbidden if tuple(e) not in allowed]
+        found += [e for e in task_entries(spec_of, task_id) if e not in found]
+    return found
+
+
+def activate(entries: list | None) -> list[str]:
+    """Make only the stubs ``entries`` names raise (None: every stub, as after ``disarm``); the
+    others run the original. Returns the names of the raising ones."""
+    wanted = None if entries is None else [tuple(e) for e in entries]
+    _active.clear()
+    for key, (rel, qual, name) in _stubbed.items():
+        if wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]):
+            _active[key] = name
+    return sorted(_active.values())
+
+
+_stubbed: dict[int, tuple[str, str, str]] = {}  # id(original code) -> (file, qualname, full name)
+_active: dict[int, str] = {}  # the stubs that raise for the task being graded
 
 
 def disarm(entries: list) -> list[str]:
@@ -139,6 +162,8 @@ def disarm(entries: list) -> list[str]:
             fn.__code__ = _stub_code(code)
             fn.__globals__[_DISPATCH] = dispatch
             done.append(f"{module.__name__}.{qual}")
+            _stubbed[id(code)] = (rel, qual, done[-1])
+            _active[id(code)] = done[-1]
     for cached in watch._library_caches():
         cached.cache_clear()  # a cached result of a disarmed function must not come back either
     return done
@@ -150,7 +175,7 @@ def _dispatcher(originals: dict[int, tuple[types.CodeType, Any]]) -> Any:
 
     def dispatch(key: int, args: tuple, kwargs: dict) -> Any:
         code, fn = originals[key]
-        if not _library_caller(getframe(2)):
+        if key in _active and not _library_caller(getframe(2)):
             raise Disarmed(f"{fn.__module__}.{code.co_qualname} is not available while posenc-grade "
                            "grades this exercise: the task asks you to write it yourself")
         real = made.get(key)

@@ -216,7 +216,8 @@ def install(checks_module: str | None = None, disarmed: list | None = None) -> N
     room.check, room.assert_passes = _check_stand_in, _assert_stand_in
     room._GRADING = True
     _state["to_disarm"] = list(disarmed or [])  # stubbed at the first harvest, once the course's cells ran
-    _state["refusal"] = alone.refusal  # our reference: the learner's code may rebind alone.refusal
+    _state["refusal"] = alone.refusal  # our references: the learner's code may rebind the modules' names
+    _state["activate"] = disarm.activate
     alone.install()
 
 
@@ -228,14 +229,17 @@ def prepare() -> None:
         _state["disarmed"] = disarm.disarm(_state.get("to_disarm", []))
 
 
-def gate(out: str) -> None:
-    """Before the grader writes a task's job file: stub the forbidden functions (``prepare``) and
-    save {"refused": why} to ``out`` while a thread or process the learner started is alive. The
-    job's inputs are not on disk yet, so a thread left by the notebook's cells has nothing to
-    answer; the grader writes the job only when ``out`` stays absent."""
+def gate(out: str, forbidden: list | None = None) -> None:
+    """Before the grader writes a task's job file: stub the exercise's forbidden functions
+    (``prepare``), let only those this task forbids raise (``forbidden``: its entries,
+    ``disarm.task_entries``; None: all of them), and save {"refused": why} to ``out`` while a
+    thread or process the learner started is alive. The job's inputs are not on disk yet, so a
+    thread left by the notebook's cells has nothing to answer; the grader writes the job only
+    when ``out`` stays absent."""
     _state["setprofile"](None)
     _state["settrace"](None)
     prepare()
+    _state["activate"](forbidden)
     why = _state["refusal"]()
     if why is not None:
         _state["save"]({"refused": why}, out)
