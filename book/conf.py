@@ -2,14 +2,15 @@
 
 The source folder is not this one: tools/build_book.py assembles it under _build/book/src
 (the landing page from README.md, the lessons from notebooks/, the exercises from exercises/,
-each with a "run this lesson" note, the explorers' stored frames and alt text for every
+each with a "run this lesson" note, the explorers' frames and controls and alt text for every
 figure) and then runs Sphinx with this folder as the configuration directory. Build the site
 with `make book`, not by calling sphinx-build on this folder.
 
 Nothing is fetched while a page is read: MathJax 3 is served from the site itself
 (POSENC_BOOK_ASSETS/mathjax, prepared by tools/build_book.py from the npm registry's
 `mathjax` package), and the ipywidgets embedding scripts, which MyST-NB would load from a
-CDN, are switched off (the explorers show their stored first frame instead).
+CDN, are switched off: the explorers move without a kernel instead, frames rendered at build
+time (tools/build_book_explorers.py) swapped by _static/explorer.js.
 """
 
 import os
@@ -39,7 +40,7 @@ suppress_warnings = []
 # ---- notebooks: stored outputs, never executed here ----------------------------------
 nb_execution_mode = "off"  # `make book EXECUTE=1` executes before Sphinx, in tools/build_book.py
 nb_merge_streams = True
-nb_ipywidgets_js = {}  # no CDN scripts: explorers are shown as their stored frame
+nb_ipywidgets_js = {}  # no CDN scripts: the explorers are frames and controls (_static/explorer.js)
 nb_output_stderr = "show"
 
 # ---- MyST: $...$ and $$...$$ as in Jupyter; anchors for "#section" links --------------
@@ -58,6 +59,7 @@ mathjax3_config = {
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static", _assets]
 html_css_files = ["book.css"]
+html_js_files = ["explorer.js"]  # the explorers' controls swap frames (tools/build_book_explorers.py)
 html_favicon = "_static/favicon.svg"
 html_show_sphinx = False
 html_copy_source = True  # the download button offers the notebook (tools/build_book.py puts

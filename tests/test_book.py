@@ -15,6 +15,12 @@ headless Chromium, as the JupyterLab browser test does. For every page:
     axe-core (axe-playwright-python) finds no serious or critical accessibility violation
         (and none in the theme's dark colours, on one page of each kind).
 
+Every explorer that draws with posenc_lesson.explorers moves: for each of its controls, moved
+from the keyboard (arrow keys, Home and End on a range input, arrow keys on a select, Space
+on a checkbox), the page shows the frame the library draws for the new values (compared pixel
+for pixel with a frame rendered in the test), its alt text names them and the control's output
+announces the value; no console error, nothing fetched from another host.
+
 A full-page screenshot of each goes to screenshots/book/ (git-ignored). Beside the browser,
 the built files are searched for solution text: any line of solution code or of a solution's
 explanation that neither the exercise nor the lesson notebooks contain, and nbgrader's BEGIN
@@ -241,6 +247,11 @@ def _check_page(page, name: str, state: dict, server: str, site: Path, problems:
         rel = f"{name}.ipynb"
         assert "Run this lesson" in state["text"] and "make lab" in state["text"] and rel in state["text"], \
             f"{name}: no 'Run this lesson' note naming `make lab` and {rel}"
+        from build_book_notebooks import live_links
+
+        for where, url in live_links(rel) or [("", "")]:  # book/run_live.toml: none where none is set
+            assert ("run it live" in state["text"]) == bool(url), f"{name}: run it live, {url!r}"
+            assert not url or url in state["links"], f"{name}: no link {where} ({url})"
 
     copy = state["copy"]  # sphinx-copybutton: on every code cell, never on what a cell printed
     assert copy["withButton"] == copy["cells"], \
@@ -295,6 +306,155 @@ def test_search_finds_a_lesson_offline(browser, server):
     finally:
         context.close()
     assert any("rope" in href for href in hrefs), f"searching 'rotary' finds no RoPE page: {hrefs}"
+
+
+# ---- the explorers move ------------------------------------------------------------------------
+
+def _explorers_on(notebook: Path) -> list[str]:
+    """The ids of the library explorers a lesson's cells call (the ones the site makes move)."""
+    from build_book_explorers import library_explorer
+
+    cells = json.loads(notebook.read_text())["cells"]
+    found = [library_explorer(notebook.stem, "".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+    return [e.id for e in found if e is not None]
+
+
+EXPLORER_PAGES = [(f"notebooks/{nb.stem}", eid) for nb in LESSONS for eid in _explorers_on(nb)]
+
+
+def _pixels(png: bytes):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA"))
+
+
+def _moves(values: list, start: int, kind: str, ends: bool) -> list[tuple[list[str], int]]:
+    """Key presses that move one control off its value and back, and the value index after each:
+    Space on a checkbox, an arrow key on a select or a range input (and, where `ends`, End and
+    Home on a range input)."""
+    last = len(values) - 1
+    if kind == "checkbox":
+        return [(["Space"], 1 - start), (["Space"], start)]
+    up, down = ("ArrowDown", "ArrowUp") if kind == "select" else ("ArrowRight", "ArrowLeft")
+    moves = [([up], start + 1), ([down], start)] if start < last else [([down], start - 1), ([up], start)]
+    if kind == "range" and ends:
+        moves += [(["End"], last), (["Home"], 0), (["ArrowRight"] * start, start)]
+    return moves
+
+
+@pytest.mark.skipif(not EXPLORER_PAGES, reason="no lesson calls a library explorer")
+@pytest.mark.parametrize(("name", "explorer_id"), EXPLORER_PAGES)
+def test_every_control_moves_the_explorer_to_the_frame_the_library_draws(browser, server, site, name,
+                                                                         explorer_id):
+    from posenc_lesson.explorers import EXPLORERS, label, render
+
+    explorer = EXPLORERS[explorer_id]
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console error: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: None if r.url.startswith((server, "data:", "blob:", "about:"))
+            else problems.append(f"fetched from another host: {r.url}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    rendered: dict[int, object] = {}
+
+    def expect(values: dict, what: str) -> None:
+        frame = explorer.index(values)
+        root = page.locator(f"#explorer-{explorer.id}")
+        img = root.locator("img.posenc-explorer-frame")
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle())
+        src, shown_size = img.evaluate("img => [img.src, [img.naturalHeight, img.naturalWidth]]")
+        assert src.endswith(f"/{explorer.id}/{frame}.png"), f"{name}, {what}: shows {src}, not frame {frame}"
+        served = (site / unquote(urlsplit(src).path).lstrip("/")).read_bytes()
+        if frame not in rendered:
+            rendered[frame] = _pixels(render(explorer, values))
+        got = _pixels(served)
+        assert list(got.shape[:2]) == shown_size, f"{name}, {what}: the browser decoded another image"
+        assert got.shape == rendered[frame].shape and (got == rendered[frame]).all(), \
+            f"{name}, {what}: the frame differs from what the library draws for {values}"
+        alt = img.get_attribute("alt")
+        for control, value in values.items():
+            assert label(value) in alt, f"{name}, {what}: alt text {alt!r} does not say {control} = {value}"
+            shown = root.locator(f'output[data-for="{control}"]').inner_text()
+            assert shown == label(value), f"{name}, {what}: {control}'s output says {shown!r}"
+
+    try:
+        page.goto(f"{server}/{name}.html", wait_until="load")
+        values = explorer.defaults()
+        expect(values, "first frame")
+        ends = True  # Home and End on the first range input
+        for control, options in explorer.controls.items():
+            field = page.locator(f"#explorer-{explorer.id}-{control}")
+            labelled = page.locator(f'label[for="explorer-{explorer.id}-{control}"]').inner_text().strip()
+            assert labelled == control, f"{name}: the control {control} is labelled {labelled!r}"
+            kind = field.evaluate("el => el.type === 'checkbox' ? 'checkbox' : el.tagName.toLowerCase() === "
+                                  "'select' ? 'select' : el.type")
+            assert kind in ("checkbox", "select", "range"), f"{name}: {control} is a {kind}"
+            start = options.index(values[control])
+            for keys, index in _moves(options, start, kind, ends and kind == "range"):
+                field.focus()
+                for key in keys:
+                    page.keyboard.press(key)
+                values = {**values, control: options[index]}
+                expect(values, f"{control} moved with {'+'.join(keys) or 'no key'}")
+                if kind == "range":
+                    assert field.get_attribute("aria-valuetext") == label(options[index])
+            ends = ends and kind != "range"
+        assert not problems, f"{name}: " + "; ".join(problems)
+    finally:
+        context.close()
+
+
+@pytest.mark.skipif(not EXPLORER_PAGES, reason="no lesson calls a library explorer")
+def test_an_explorer_moves_from_a_folder_too(browser, site):
+    """Opened from file:// (the site folder, no server), the first explorer still swaps frames."""
+    name, explorer_id = EXPLORER_PAGES[0]
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto((site / f"{name}.html").as_uri(), wait_until="load")
+        img = page.locator(f"#explorer-{explorer_id} img.posenc-explorer-frame")
+        before = img.evaluate("img => img.src")
+        field = page.locator(f"#explorer-{explorer_id} [data-control]").first
+        field.focus()
+        kind = field.evaluate("el => el.tagName === 'SELECT' ? 'select' : el.type")
+        page.keyboard.press({"checkbox": "Space", "select": "ArrowDown"}.get(kind, "ArrowRight"))
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle())
+        after = img.evaluate("img => img.src")
+        assert after.startswith("file://") and after != before, f"{name} from file://: {before} -> {after}"
+    finally:
+        context.close()
+
+
+def test_run_it_live_links_are_set_in_one_place(tmp_path):
+    """book/run_live.toml: a hub (an nbgitpuller link opening the lesson) and Binder; the lesson's
+    note links both where they are set, and offers no link where none is (the committed file
+    sets none: test_page_reads_well_offline checks that the pages then say nothing of it)."""
+    from build_book_notebooks import RUN_LIVE, live_links, run_note
+
+    assert RUN_LIVE == ROOT / "book" / "run_live.toml" and RUN_LIVE.is_file()
+    rel = "notebooks/06_rope.ipynb"
+    assert live_links(rel, tmp_path / "missing.toml") == []
+    config = tmp_path / "run_live.toml"
+    config.write_text('hub_url = "https://hub.example.org"\nrepository = "https://github.com/o/posenc-lesson"\n'
+                      'branch = "main"\nbinder_url = "https://mybinder.org/v2/gh/o/posenc-lesson/main"\n')
+    links = dict(live_links(rel, config))
+    hub = links["on the course's JupyterHub"]
+    assert hub.startswith("https://hub.example.org/hub/user-redirect/git-pull?")
+    assert "lab/tree/posenc-lesson/notebooks/06_rope.ipynb" in unquote(hub)
+    assert links["on Binder"] == "https://mybinder.org/v2/gh/o/posenc-lesson/main?urlpath=lab/tree/" + rel
+    note = run_note(rel, "lesson", None, config).source
+    assert "run it live" in note and all(f"]({url})" in note for url in links.values()), note
+    config.write_text('hub_url = "https://hub.example.org"\nrepository = ""\nbinder_url = ""\n')
+    assert live_links(rel, config) == []
+    note = run_note(rel, "lesson", None, config).source
+    assert "run it live" not in note and "](http" not in note, note
+    assert "run it live" not in run_note("exercises/06_rope.ipynb", "exercise", None, config).source
 
 
 def test_site_has_one_page_per_notebook_and_no_other(site):

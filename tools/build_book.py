@@ -8,7 +8,9 @@
 The notebooks are found by globbing, never listed by hand. Each page is rendered from the
 notebook's stored outputs (nothing runs unless --execute), after the changes that
 tools/build_book_notebooks.py makes to a copy under <build>/src (never to the repository's
-files): a "Run this lesson" note, the explorers' stored first frames, alt text for every
+files): a "Run this lesson" note (with the "run it live" links book/run_live.toml sets), the
+explorers (they call posenc_lesson.explorers, so they move: their frames are rendered from the
+library by tools/build_book_explorers.py, cached in _build/cache/explorers), alt text for every
 figure, and no links into solutions/.
 
 Sphinx with MyST-NB and sphinx-book-theme (configuration: book/conf.py) then writes the site
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from build_book_explorers import render_frames
 from build_book_notebooks import execute, prepare_notebook, relink, title
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,8 +150,10 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tup
     lesson_list = re.sub(r"\*\*(\d\d) · ([^*]+)\*\*", link_lesson, sections["The lessons"])
     parts = [sections[""], "## The lessons\n", lesson_list]
     parts.append("Every lesson has a page here, rendered from the outputs stored in the notebook; an "
-                 "explorer shows its first frame, and moves only in JupyterLab. The exercise notebooks "
-                 "are listed under Exercises in the sidebar, after [how to work one](exercises/index.md).\n")
+                 "explorer's controls redraw its figure on the page too, without a kernel (from frames "
+                 "drawn by the course's library when the site was built, a few values per control). The "
+                 "exercise notebooks are listed under Exercises in the sidebar, after "
+                 "[how to work one](exercises/index.md).\n")
     if "Conventions" in sections:
         parts += ["## Conventions\n", sections["Conventions"]]
     toc = ["```{toctree}", ":caption: Lessons", ":hidden:", ""]
@@ -206,6 +211,9 @@ def build(build_dir: Path, execute_lessons: bool = False, jobs: int = 1) -> Path
 
     src, out = build_dir / "src", build_dir / "html"
     prepare_mathjax(build_dir / "assets")
+    frames = render_frames(build_dir / "assets", jobs)  # explorers' frames (tools/build_book_explorers.py)
+    print(f"  explorer frames: {frames['frames']} ({frames['rendered']} rendered, the rest cached), "
+          f"{frames['bytes'] / 1e6:.1f} MB", flush=True)
     notebooks = assemble(src, execute_lessons)
     os.environ["POSENC_BOOK_ASSETS"] = str(build_dir / "assets")
     args = ["-b", "html", "-c", str(BOOK), "-d", str(build_dir / "doctrees"), "-q", "-W", "--keep-going",

@@ -3,11 +3,16 @@
 Four changes, made to a copy (the repository's notebook is never written):
 
     run_note        a "Run this lesson" / "Work this exercise" note under the title: the file's
-                    path and `make lab`, and a link to the lesson's exercises (or back);
-    static_widgets  a static page has no kernel, so each widget output is replaced by what the
-                    notebook stores inside the widget: an explorer's first frame (the figure in
-                    its Output widget, else the static PNG stored beside the widget view) with
-                    a line naming its controls and their values, and a tqdm bar's final text;
+                    path and `make lab`, a link to the lesson's exercises (or back), and the
+                    "run it live" links (JupyterHub with nbgitpuller, Binder) that
+                    book/run_live.toml sets, none where it sets none;
+    static_widgets  a static page has no kernel: an explorer that calls a library function
+                    (posenc_lesson.explorers) becomes its frames and controls, which move
+                    without one (tools/build_book_explorers.py); any other widget output is
+                    replaced by what the notebook stores inside it: an explorer's first frame
+                    (the figure in its Output widget, else the static PNG stored beside the
+                    widget view) with a line naming its controls and their values, and a tqdm
+                    bar's final text;
     alt_texts       every figure gets alt text: the notebook's own if a cell has it (cell
                     metadata mystnb.image.alt), else the titles the cell's code gives its axes
                     and figure (title=, set_title, suptitle; an f-string's values filled in
@@ -31,6 +36,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from build_book_explorers import explorer_html, library_explorer
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -256,17 +262,22 @@ def widget_frame(model_id: str, state: dict) -> tuple[list, dict]:
     return outputs, controls
 
 
-def static_widgets(nb: nbformat.NotebookNode) -> None:
-    """Replace each widget output by what the notebook stores inside the widget."""
+def static_widgets(nb: nbformat.NotebookNode, stem: str = "") -> None:
+    """Replace each widget output by what the notebook stores inside the widget; an explorer
+    that calls a library function (posenc_lesson.explorers) by its frames and controls."""
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         new = []
+        live = library_explorer(stem, cell.source)
         for out in cell.get("outputs", []):
             view = out.get("data", {}).get(WIDGET_VIEW)
             if view is None:
                 new.append(out)
+                continue
+            if live is not None:  # frames rendered from the library (tools/build_book_explorers.py)
+                new.append(nbformat.v4.new_output("display_data", data={"text/html": explorer_html(live)}))
                 continue
             frame, controls = widget_frame(view.get("model_id", ""), state)
             own = {t: v for t, v in out.get("data", {}).items() if t in IMAGE_TYPES}
@@ -288,15 +299,40 @@ def static_widgets(nb: nbformat.NotebookNode) -> None:
 
 # ---- the page -------------------------------------------------------------------------------
 
-def run_note(rel: str, kind: str, partner: str | None) -> nbformat.NotebookNode:
-    """The note under the title: where the notebook is and how to run it in JupyterLab."""
+RUN_LIVE = ROOT / "book" / "run_live.toml"  # the one place the "run it live" links are set
+
+
+def live_links(rel: str, config: Path = RUN_LIVE) -> list[tuple[str, str]]:
+    """The "run it live" links of a lesson, [(where, url)], from book/run_live.toml (none unset)."""
+    import tomllib
+    from urllib.parse import quote
+
+    from nbgitpuller_link import pull_link
+
+    live = tomllib.loads(config.read_text()) if config.is_file() else {}
+    links = []
+    if live.get("hub_url") and live.get("repository"):
+        links.append(("on the course's JupyterHub", pull_link(live["hub_url"], live["repository"],
+                                                              live.get("branch") or "main", notebook=rel)))
+    if live.get("binder_url"):
+        links.append(("on Binder", f"{live['binder_url'].rstrip('/')}?urlpath={quote(f'lab/tree/{rel}')}"))
+    return links
+
+
+def run_note(rel: str, kind: str, partner: str | None, live: Path = RUN_LIVE) -> nbformat.NotebookNode:
+    """The note under the title: where the notebook is and how to run it in JupyterLab, and
+    the "run it live" links book/run_live.toml sets."""
     if kind == "lesson":
         heading = "Run this lesson"
         text = (f"This page is the notebook `{rel}` with the outputs it stores. To run it yourself, "
                 "clone the course and type `make lab` in its folder (the first time, it creates `.venv` "
                 f"and installs the pinned dependencies); JupyterLab opens, and you open `{rel}` from its "
-                "file browser and run the cells from the top with Shift+Enter. The explorers' sliders "
-                "move only there.")
+                "file browser and run the cells from the top with Shift+Enter. There the explorers' sliders "
+                "offer every value; on this page they step through the values drawn when the site was built.")
+        links = live_links(rel, live)
+        if links:
+            text += " Or run it live, nothing to install: " + " or ".join(f"[{w}]({u})" for w, u in links)
+            text += "."
         if partner:
             text += f" Practise with [{title(ROOT / partner[3:])}]({partner})."
     else:
@@ -318,7 +354,7 @@ def prepare_notebook(path: Path, src: Path, published: set[Path],
     rel = path.relative_to(ROOT).as_posix()
     other = ROOT / ("exercises" if kind == "lesson" else "notebooks") / path.name
     partner = f"../{other.parent.name}/{other.name}" if other in published else None
-    static_widgets(nb)
+    static_widgets(nb, path.stem if kind == "lesson" else "")
     for i, alt in alt_texts(nb).items():
         image = nb.cells[i].metadata.setdefault("mystnb", {}).setdefault("image", {})
         image.setdefault("alt", alt)  # the notebook's own alt text wins
