@@ -6,7 +6,7 @@ it for holding more shared memory (memfd) than --memory + --disk allows; without
 cgroup, memfd_create and SysV shared memory are refused; /proc/self/cgroup, mountinfo, maps
 and environ show no folder of the grader's; closing a zygote that stopped answering is bounded.
 Then end to end, each attack beside an honest student at full marks: memfd hogs and a kernel
-that ignores SIGINT and SIGTERM in one class, 16 spinners after os.setsid() next to an honest
+that ignores SIGINT and SIGTERM in one class, 32 spinners after os.setsid() next to an honest
 notebook in another; the honest notebook's time beside the spinners is compared with its time
 beside no spinner.
 
@@ -41,12 +41,12 @@ MEMORY, DISK = 512 * 2**20, 64 * 2**20  # so a kernel's cgroup holds 512M + 64M 
 HOG = ("import os\nheld = []\nblock = b'x' * 2**20\nfor _ in range(12):  # 768 MB, 64 MB a file (each under"
        " --disk's RLIMIT_FSIZE)\n    held.append(os.memfd_create('hog'))\n    for _ in range(64):\n"
        "        os.write(held[-1], block)\n\n")
-SPIN = ("import os, time\nfor _ in range(16):\n    if os.fork() == 0:\n"
+SPIN = ("import os, time\nfor _ in range(32):\n    if os.fork() == 0:\n"
         "        os.setsid()  # an autogroup of its own\n        while True:\n            pass\n"
-        "time.sleep(5)\n\n")
+        "time.sleep(8)\n\n")
 IGNORE = ("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass\n")
-WORK = "_ = sum(i * i for i in range(6_000_000))  # about half a second of CPU, honestly spent\n\n"
+WORK = "_ = sum(i * i for i in range(8_000_000))  # about a second of CPU, honestly spent\n\n"
 PROC = """import os, sys, posenc_lesson
 text = ""
 for name in ("/proc/self/mountinfo", "/proc/self/cgroup", "/proc/1/environ", "/proc/self/maps",
@@ -272,11 +272,12 @@ def _no_host_path(text: str, *folders: Path) -> None:
         assert str(folder) not in text or str(folder) == "/", (folder, text[:3000])
 
 
-def test_closing_a_zygote_that_stopped_answering_is_bounded(tmp_path):
+def test_closing_a_zygote_that_stopped_answering_is_bounded(tmp_path, monkeypatch):
     """A zygote stopped (SIGSTOP: it neither reads its stdin nor exits) is killed after
     STOP_TIMEOUT s; the grader does not wait on it for ever."""
     from posenc_lesson.grader import kernel
 
+    monkeypatch.setattr(kernel, "STOP_TIMEOUT", 1.0)
     (tmp_path / "newroot").mkdir()
     zygote = kernel.Zygote("posenc_lesson.tasks", tmp_path,
                            sandbox.make_spec(MEMORY, DISK, tmp_path / "newroot"))
@@ -304,7 +305,7 @@ def _write(path: Path, prefix: str = "") -> None:
 
 def _grade(klass: Path, out: Path) -> dict:
     t0 = time.monotonic()
-    result = subprocess.run([*GRADE, "--jobs", "2", "--timeout", "8", "--memory", "512M", "--disk", "64M",
+    result = subprocess.run([*GRADE, "--jobs", "2", "--timeout", "6", "--memory", "512M", "--disk", "64M",
                              "--out", str(out), str(klass)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     reports = {p.parent.name: json.loads(p.read_text()) for p in out.glob(f"*/{SUBJECT}.json")}
@@ -313,15 +314,20 @@ def _grade(klass: Path, out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory):
+    """Two runs, --jobs 2, alike but for a_: the students' names set the order, a_ and b_quick
+    first (the zygote starts under them), then c_honest beside a_ once b_quick is done. One: a_ is
+    the ignorer (one process spinning one CPU), then a memfd hog and a /proc reader; two: a_ runs
+    32 spinners."""
     groups = _groups()  # (only to skip where there are none; the grader makes its own)
     cgroup.teardown(groups.runs)
     base = tmp_path_factory.mktemp("limits")
     nb = f"{SUBJECT}.ipynb"
     forbidden = [str(ROOT), str(base), "posenc-grade-", "process_api", str(Path.home())]
     proc = PROC.replace("FORBIDDEN", repr(forbidden))
-    for student, prefix in (("a_honest", WORK), ("b_hog", HOG), ("c_proc", proc), ("d_ignorer", IGNORE)):
+    for student, prefix in (("a_ignorer", IGNORE), ("b_quick", ""), ("c_honest", WORK), ("d_hog", HOG),
+                            ("e_proc", proc)):
         _write(base / "one" / student / nb, prefix)
-    for student, prefix in (("a_honest", WORK), ("b_spinner", SPIN)):
+    for student, prefix in (("a_spinner", SPIN), ("b_quick", ""), ("c_honest", WORK)):
         _write(base / "two" / student / nb, prefix)
     one = _grade(base / "one", base / "out1")
     two = _grade(base / "two", base / "out2")
@@ -344,27 +350,28 @@ def test_the_header_says_which_limits_are_in_force(classes):
 
 def test_a_memfd_hog_is_killed_and_the_honest_student_keeps_full_marks(classes):
     reports = classes["one"]["reports"]
-    assert _full(reports["a_honest"]), reports["a_honest"]
-    hog = _task(reports["b_hog"])
-    assert hog["score"] == 0 and "crashed the kernel" in hog["feedback"], hog
+    assert _full(reports["c_honest"]), reports["c_honest"]
+    hog = _task(reports["d_hog"])
+    assert hog["score"] == 0 and ("crashed the kernel" in hog["feedback"] or "memory" in hog["feedback"]), hog
 
 
 def test_a_kernel_that_ignores_interrupts_and_terms_is_killed_in_bounded_time(classes):
-    ignorer = _task(classes["one"]["reports"]["d_ignorer"])
+    ignorer = _task(classes["one"]["reports"]["a_ignorer"])
     assert ignorer["score"] == 0 and "killed" in ignorer["feedback"], ignorer
-    assert classes["one"]["seconds"] < 90  # 8 s of limit, 3 s of grace, a restart: no hang
+    assert classes["one"]["seconds"] < 90  # 6 s of limit, 3 s of grace, a restart: no hang
 
 
 def test_proc_names_no_folder_of_the_graders_end_to_end(classes):
-    said = _task(classes["one"]["reports"]["c_proc"])["feedback"]
+    said = _task(classes["one"]["reports"]["e_proc"])["feedback"]
     assert "found [] in " in said, said
     assert int(said.split("found [] in ")[1].split()[0]) > 5000, said  # it did read them
 
 
 def test_spinners_after_setsid_do_not_slow_the_honest_notebook_next_to_them(classes):
-    beside_spinners = classes["two"]["reports"]["a_honest"]
-    beside_none = classes["one"]["reports"]["a_honest"]
-    assert _full(beside_spinners), beside_spinners
-    # unshared, 16 spinners in 16 autogroups leave the honest kernel about 2/17 of 2 cores
-    assert beside_spinners["seconds"] < 2 * beside_none["seconds"] + 3, (beside_spinners["seconds"],
-                                                                        beside_none["seconds"])
+    beside_spinners = classes["two"]["reports"]["c_honest"]
+    beside_one = classes["one"]["reports"]["c_honest"]  # beside one spinning process
+    assert _full(beside_spinners) and _full(classes["two"]["reports"]["b_quick"]), beside_spinners
+    # the same share of the machine either way; unshared, 32 spinners in 32 autogroups would leave
+    # the honest kernel about 2/33 of 2 cores where one leaves it one core
+    assert beside_spinners["seconds"] < 1.5 * beside_one["seconds"] + 1, (beside_spinners["seconds"],
+                                                                         beside_one["seconds"])
