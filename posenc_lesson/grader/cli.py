@@ -96,9 +96,16 @@ code that reaches into the grader or the machine: kinds ``grading``, ``introspec
 the learner's: code that rewrites the grader's side of it could hand back made-up outputs;
 that code is what these flags point at.
 
-Still assumed: the Linux kernel (an exploit escapes any namespace), CPU time (a submission can
-keep a core busy until its time limits), memory for ``--jobs`` x ``--disk`` of tmpfs, no side
-channels; a kernel can read the library and the Python it imports.
+As root, each kernel also has a cgroup of its own (``cgroup``; v2, or v1's memory and cpu
+controllers): at most ``--memory`` + ``--disk`` + 64M of memory in all, shared memory included,
+killed beyond; the same CPU weight as every other kernel and at most cores / ``--jobs`` CPUs,
+however many processes it forks. Where none can be made the kernel refuses ``memfd_create`` and
+SysV shared memory, and its CPU is bounded by the time limits only. The run's first lines say
+which is in force.
+
+Still assumed: the Linux kernel (an exploit escapes any namespace), memory for ``--jobs`` x
+(``--memory`` + ``--disk``), no side channels; a kernel can read the library and the Python it
+imports, and its /proc names their paths.
 """
 
 from __future__ import annotations

@@ -291,7 +291,12 @@ def _shut_in(spec: Spec, host_dir: str, uid: int) -> None:
     nproc = spec.nproc
     if spec.userns:  # RLIMIT_NPROC counts every process of the real uid: leave the others room
         nproc += sum(1 for p in os.listdir("/proc") if p.isdigit())  # (the host's /proc, still)
-    unshare(CLONE_NEWCGROUP | CLONE_NEWNS)  # K's own: its cgroup is "/"; pivot_root must not move W's root
+    try:  # K's own: its cgroups are "/" in /proc/self/cgroup; pivot_root must not move W's root
+        unshare(CLONE_NEWCGROUP | CLONE_NEWNS)
+    except OSError as exc:  # Linux < 4.6 has no cgroup namespaces: /proc/self/cgroup shows the paths
+        if exc.errno != errno.EINVAL:
+            raise
+        unshare(CLONE_NEWNS)
     _build_root(spec, host_dir)
     if spec.refuse_memfd:
         for name in ("shmmax", "shmall"):  # this IPC namespace's (W made it): no SysV segment at all
