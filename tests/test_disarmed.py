@@ -285,3 +285,42 @@ def test_before_any_task_is_activated_every_stub_raises():
     run = _in_a_fresh_interpreter(PER_TASK + BEFORE_ANY_TASK)
     assert run.returncode != 0 and "Disarmed" in run.stderr, run.stderr[-2000:]
     assert "alibi_slopes is not available" in run.stderr, run.stderr[-2000:]
+
+
+ATTENTION = '''
+import torch
+import torch.nn.functional as F
+from posenc_lesson.lab import vision_lab
+from posenc_lesson.tasks import disarm, watch
+
+sdpa, aten = F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention  # aliases first
+q = torch.randn(1, 2, 4, 8)
+block = vision_lab.Block(16, 2)  # calls F.scaled_dot_product_attention in its forward
+x = torch.randn(1, 4, 16)
+disarm.activate([], ["attention"])  # a task that forbids torch's attention is graded
+nn_sdpa = torch._C._nn.scaled_dot_product_attention
+for call in (lambda: sdpa(q, q, q), lambda: aten(q, q, q), lambda: nn_sdpa(q, q, q)):
+    try:
+        call()
+    except disarm.Disarmed as exc:
+        assert "scaled_dot_product_attention" in str(exc), exc
+    else:
+        raise AssertionError("torch's attention ran for the learner's code")
+assert block(x, None, 10000.0).shape == (1, 4, 16)  # the library's own attention call still runs
+w = watch.Watch({"allowed": [["", "*"]], "forbidden": [], "torch": ["attention"]})
+with w.watching() as called:
+    try:
+        sdpa(q, q, q)
+    except disarm.Disarmed:
+        pass
+    block(x, None, 10000.0)  # under the watch too
+assert called and all("scaled_dot_product" in c for c in called), called
+disarm.activate([], [])  # the next task allows it
+assert torch.allclose(sdpa(q, q, q), F.scaled_dot_product_attention(q, q, q))
+print("attention ok")
+'''
+
+
+def test_torchs_attention_raises_for_the_learner_only_while_a_task_that_forbids_it_is_graded():
+    run = _in_a_fresh_interpreter(ATTENTION)
+    assert run.returncode == 0 and "attention ok" in run.stdout, run.stderr[-3000:]

@@ -72,7 +72,7 @@ class Grader:
         self.seed = secrets.randbelow(2**31) if seed is None else seed
         self.key = key
         self._disarmed: dict[str, list] = {}  # exercise stem -> what its kernels stub (disarmed)
-        self._task_forbidden: dict[str, list] = {}  # task id -> the stubs that raise while it is graded
+        self._task_forbidden: dict[str, tuple[list, list]] = {}  # task id -> what raises while it is graded
         self._hidden: dict[str, list] = {}  # task id -> its hidden cases for this run
         self._hidden_lock = threading.Lock()
         self.exercises = exercises
@@ -215,11 +215,16 @@ class Grader:
         return getattr(self.checks, "watch_spec", None) or \
             importlib.import_module("posenc_lesson.tasks.registry").watch_spec
 
-    def task_forbidden(self, task_id: str) -> list:
-        """The stubs that raise while this task is graded (``tasks.disarm.task_entries``)."""
+    def task_forbidden(self, task_id: str) -> tuple[list, list]:
+        """(the stubs that raise while this task is graded, ``tasks.disarm.task_entries``; the
+        torch shortcut families it forbids, e.g. ["attention"])."""
         with self._hidden_lock:
             if task_id not in self._task_forbidden:
-                self._task_forbidden[task_id] = disarm_task_entries(self._spec_of(), task_id)
+                try:
+                    families = list(self._spec_of()(task_id).get("torch", []))
+                except ValueError:
+                    families = []
+                self._task_forbidden[task_id] = (disarm_task_entries(self._spec_of(), task_id), families)
             return self._task_forbidden[task_id]
 
     def disarmed(self, ex: Exercise) -> list:
@@ -258,9 +263,9 @@ class Grader:
         """Before the job file exists: ``in_kernel.gate`` stubs what the task forbids and refuses the
         task while a thread or process the learner started is alive (it could read the job and
         forge the outputs). None when the job may be written."""
-        forbidden = self.task_forbidden(task_id)
+        forbidden, families = self.task_forbidden(task_id)
         code = (f"import posenc_lesson.tasks.in_kernel as _g; _g.prepare(); "
-                f"_g.gate({inside!r}, {forbidden!r}); del _g")
+                f"_g.gate({inside!r}, {forbidden!r}, {families!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         if reply.status == "died":
             return self._zero(task_id, "preparing the test crashed the kernel", "generic.crash"), True

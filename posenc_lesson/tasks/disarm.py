@@ -19,10 +19,14 @@ name), so the feedback names it. A function one task of the exercise forbids and
 (05's ``relative_positions``, 07's ``alibi_slopes``) is stubbed too; before each task the grader
 ``activate``s what that task forbids, and the other stubs run the original.
 
+Torch's ready-made attention is C code, whose code cannot be replaced: while a task that forbids
+it is graded, a torch function mode (``_RefuseShortcuts``) makes every variant of it raise for
+the learner's callers instead.
+
 What this does not stop (``flags`` reports it): code compiled afresh from the library's source
 (``inspect.getsource`` + ``exec``, ``importlib.reload``, a re-import after ``sys.modules`` is
-edited, code compiled under a library file's name), and torch's attention kernels, which are
-C functions (the watch's torch function mode records those).
+edited, code compiled under a library file's name), and code that takes the refusing mode off
+torch's mode stack.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from __future__ import annotations
 import sys
 import types
 from typing import Any
+
+from torch.overrides import TorchFunctionMode
 
 from . import watch
 
@@ -121,15 +127,64 @@ def entries(spec_of: Any, task_ids: Any) -> list[list[str]]:
     return found
 
 
-def activate(entries: list | None) -> list[str]:
+def activate(entries: list | None, torch_families: list | tuple = ()) -> list[str]:
     """Make only the stubs ``entries`` names raise (None: every stub, as after ``disarm``); the
-    others run the original. Returns the names of the raising ones."""
+    others run the original. Torch's ready-made functions of ``torch_families`` (``watch.
+    TORCH_FAMILIES``: "attention") raise as well, however they are reached, while the task is
+    graded (``_RefuseShortcuts``). Returns the names of the raising stubs."""
     wanted = None if entries is None else [tuple(e) for e in entries]
     _active.clear()
     for key, (rel, qual, name) in _stubbed.items():
         if wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]):
             _active[key] = name
+    _refuse_shortcuts(set(torch_families))
     return sorted(_active.values())
+
+
+class _RefuseShortcuts(TorchFunctionMode):
+    """A torch function mode left on while a task is graded: the torch shortcuts the task forbids
+    (every variant of scaled dot-product attention: ``torch.nn.functional``, ``torch._C._nn``,
+    ``torch.ops.aten``, the fused kernels; an alias reaches the same object) raise ``Disarmed``
+    unless the library's own code called them. It sits under the watch's own mode, which records
+    the call first."""
+
+    def __init__(self, shortcuts: dict[int, str]):
+        super().__init__()
+        self.shortcuts = shortcuts
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = self.shortcuts.get(id(func))
+        if name is not None and not _library_caller(_past_the_watch(sys._getframe(1))):
+            raise Disarmed(f"{name} is not available while posenc-grade grades this task: the task asks "
+                           "you to write it yourself")
+        return func(*args, **(kwargs or {}))
+
+
+_refusing: list[_RefuseShortcuts] = []  # the mode on now, if any
+
+
+def _past_the_watch(frame: Any) -> Any:
+    """The frame above the watch's own torch function mode (which passes each call on to this
+    one): who called the shortcut is the code above it."""
+    mode_code = watch._ShortcutMode.__torch_function__.__code__
+    while frame is not None:
+        if frame.f_code is mode_code:
+            return frame.f_back
+        if watch._file_kind(frame.f_code.co_filename)[0] != watch._OTHER:
+            return frame
+        frame = frame.f_back
+    return frame
+
+
+def _refuse_shortcuts(families: set[str]) -> None:
+    """Take the previous task's mode off; put one on for ``families`` (none: no mode, no cost)."""
+    while _refusing:
+        _refusing.pop().__exit__(None, None, None)
+    if families:
+        table, _ = watch._tables()
+        mode = _RefuseShortcuts({k: v[1] for k, v in table.items() if v[0] in families})
+        mode.__enter__()
+        _refusing.append(mode)
 
 
 _stubbed: dict[int, tuple[str, str, str]] = {}  # id(original code) -> (file, qualname, full name)

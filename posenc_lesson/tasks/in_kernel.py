@@ -229,17 +229,18 @@ def prepare() -> None:
         _state["disarmed"] = disarm.disarm(_state.get("to_disarm", []))
 
 
-def gate(out: str, forbidden: list | None = None) -> None:
+def gate(out: str, forbidden: list | None = None, torch_families: list | tuple = ()) -> None:
     """Before the grader writes a task's job file: stub the exercise's forbidden functions
     (``prepare``), let only those this task forbids raise (``forbidden``: its entries,
-    ``disarm.task_entries``; None: all of them), and save {"refused": why} to ``out`` while a
+    ``disarm.task_entries``; None: all of them; ``torch_families``: torch's shortcuts it forbids,
+    "attention"), and save {"refused": why} to ``out`` while a
     thread or process the learner started is alive. The job's inputs are not on disk yet, so a
     thread left by the notebook's cells has nothing to answer; the grader writes the job only
     when ``out`` stays absent."""
     _state["setprofile"](None)
     _state["settrace"](None)
     prepare()
-    _state["activate"](forbidden)
+    _state["activate"](forbidden, torch_families)
     why = _state["refusal"]()
     if why is not None:
         _state["save"]({"refused": why}, out)

@@ -47,7 +47,7 @@ TORCH_FAMILIES = {  # torch shortcuts a task can forbid, by a part of their name
 _OS_CALLS = ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "kill", "killpg")
 _state: dict[str, Any] = {}  # references taken before any learner code ran (install)
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_RUNNER_FILES = frozenset(f for name in ("in_kernel.py", "watch.py")
+_RUNNER_FILES = frozenset(f for name in ("in_kernel.py", "watch.py", "disarm.py")  # the grader's, trusted
                           for f in (os.path.join(_HERE, name), os.path.realpath(os.path.join(_HERE, name))))
 
 
