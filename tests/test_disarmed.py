@@ -7,8 +7,10 @@ before: a harvest forgery, rot13-encoded and run through ``run = exec``; the har
 ``load`` and ``save`` replaced through ``operator.attrgetter`` on a string; the same state reached
 through ``check.__globals__`` (``check`` is the kernel's stand-in); and an answer that hands its
 library call to a ``logging.handlers.QueueListener`` thread started when its cell ran. Each must
-score 0 for what it forged; the thread with a reason that says so. The class is graded twice with
-the same ``--seed`` and key (the same scores), and the key's file and reports are checked.
+score 0 for what it forged; the thread with a reason that says so. Two of its students are graded
+again with the same ``--seed`` and key (the same scores), and the key's file and reports are
+checked. Without a kernel, in a fresh interpreter: per-task stubs (a function one task forbids and
+another allows) and torch's attention refused while a task that forbids it is graded.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 from posenc_lesson.grader import key
 from posenc_lesson.tasks import TASKS, hidden_cases
 
-pytestmark = pytest.mark.slow  # one class of kernels, graded twice
+pytestmark = pytest.mark.slow  # one class of kernels, and two of its notebooks again
 
 ROOT = Path(__file__).resolve().parents[1]
 STEM = "06_rope"
