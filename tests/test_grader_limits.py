@@ -135,9 +135,11 @@ def test_no_writable_cgroup_is_said_in_the_header(tmp_path, monkeypatch):
     memory, cpu = groups.header(MEMORY, DISK, 1)
     assert "no memory cgroup (no cgroup v2 or v1 hierarchy has it)" in memory
     assert "memfd_create refused" in memory
-    assert "no cpu cgroup" in cpu and "bounded by the time limits only" in cpu
+    assert "no cpu cgroup" in cpu
+    autogroups = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    assert ("setsid refused" in cpu) == (autogroups.exists() and autogroups.read_text() == "1\n"), cpu
     spec = sandbox.make_spec(MEMORY, DISK, tmp_path / "newroot", 1, groups)
-    assert spec.refuse_memfd and not spec.cgroups
+    assert spec.refuse_memfd and spec.refuse_setsid and not spec.cgroups
 
 
 # --------------------------------------------------------------------------------------
@@ -220,6 +222,17 @@ def test_a_kernels_cgroup_kills_it_for_holding_too_much_shared_memory(tmp_path):
         cgroup.teardown(groups.runs)
 
 
+def _setsid() -> str:
+    pid = os.fork()
+    if pid == 0:  # a child: setsid would make it a session, an autogroup, of its own
+        try:
+            os.setsid()
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    return "refused" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1 else "allowed"
+
+
 def _sysv() -> str:
     import ctypes
 
@@ -235,6 +248,12 @@ def test_without_a_memory_cgroup_memfd_create_and_sysv_shared_memory_are_refused
     assert _inside(tmp_path, _sysv) == ("refused", 0)
     said, status = _inside(tmp_path, _sysv, refuse_memfd=False)
     assert said.startswith("segment") and status == 0, said  # what the cap stops
+
+
+def test_without_a_cpu_cgroup_setsid_is_refused(tmp_path):
+    """So every process of a kernel stays in its session: one CPU autogroup, where they are on."""
+    assert _inside(tmp_path, _setsid) == ("refused", 0)
+    assert _inside(tmp_path, _setsid, refuse_setsid=False) == ("allowed", 0)
 
 
 def test_a_kernels_proc_names_no_folder_of_the_graders(tmp_path):

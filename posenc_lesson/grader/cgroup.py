@@ -28,8 +28,10 @@ hierarchy per controller): ``posenc-grade-<pid>`` under the grader's own group i
 the cpu hierarchies. A controller is taken from v2 where v2 has it, else from v1. Where neither
 is writable (not root, a container without a delegated cgroup) the grader says so in its header
 and the sandbox refuses ``memfd_create`` instead (``shut_in``: seccomp) and caps SysV shared
-memory at 0; CPU is then bounded only by the time limits. ``POSENC_GRADE_CGROUP=off`` asks for
-that fallback on purpose.
+memory at 0, and refuses ``setsid``: all of a kernel's processes stay in its session, which
+Linux schedules as one where its autogroups are on (kernel.sched_autogroup_enabled = 1, as on
+most distributions); else CPU is bounded only by the time limits. ``POSENC_GRADE_CGROUP=off``
+asks for that fallback on purpose.
 
 The grader's side only (``setup``, ``make``, ``remove``); the warden joins a kernel's groups by
 writing its pid to each ``cgroup.procs`` (``shut_in._join``) before it forks the kernel, and the
@@ -74,10 +76,22 @@ class Groups:
         if cpu:
             lines.append(f"CPU: a cgroup {cpu[0]} per kernel, the same share for each, at most {cpus:g} "
                          "CPU(s) each")
+        elif _autogroups():
+            lines.append(f"CPU: no cpu cgroup ({self.why.get('cpu', 'not looked for')}): setsid refused, "
+                         "so a kernel's processes share its session's CPU autogroup")
         else:
-            lines.append(f"CPU: no cpu cgroup ({self.why.get('cpu', 'not looked for')}): a kernel's "
-                         "processes are bounded by the time limits only, and can slow the others")
+            lines.append(f"CPU: no cpu cgroup ({self.why.get('cpu', 'not looked for')}) and Linux's "
+                         "autogroups are off: a kernel's processes are bounded by the time limits only, "
+                         "and can slow the others")
         return lines
+
+
+def _autogroups() -> bool:
+    """Whether Linux schedules each session as one (CONFIG_SCHED_AUTOGROUP, on)."""
+    try:
+        return _read("/proc/sys/kernel/sched_autogroup_enabled").strip() == "1"
+    except OSError:
+        return False
 
 
 def _mib(n: int) -> str:

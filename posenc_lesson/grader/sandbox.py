@@ -107,13 +107,13 @@ def make_spec(memory: int, disk: int, newroot: Path, cpus: float = 1.0,
     Not root: user namespaces. ``POSENC_GRADE_USERNS=1`` takes that way as root too (the
     tests use it so that CI, which runs as root, also grades through it). ``groups``: the run's
     cgroups (``cgroup.setup``), one per kernel below them; without a memory one, the kernels
-    refuse memfd_create.
+    refuse memfd_create, without a cpu one setsid.
     """
     userns = os.geteuid() != 0 or os.environ.get("POSENC_GRADE_USERNS") == "1"
     runs = dict(groups.runs) if groups else {}
     return Spec(memory=memory, disk=disk, userns=userns, binds=python_paths(),
                 hide=sorted(_HIDDEN), env=kernel_env(), newroot=str(newroot), cpus=cpus, cgroups=runs,
-                refuse_memfd="memory" not in runs)
+                refuse_memfd="memory" not in runs, refuse_setsid="cpu" not in runs)
 
 
 def kernel_groups(spec: Spec, name: str) -> list[str]:

@@ -41,9 +41,10 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
-# (AUDIT_ARCH_*, memfd_create's number) per machine, for the seccomp filter (_refuse_memfd)
-MEMFD = {"x86_64": (0xC000003E, 319), "aarch64": (0xC00000B7, 279), "riscv64": (0xC00000F3, 279),
-         "ppc64le": (0xC0000015, 360), "s390x": (0x80000016, 350)}
+# (AUDIT_ARCH_*, memfd_create's number, setsid's number) per machine, for the seccomp filter (_refuse)
+SECCOMP = {"x86_64": (0xC000003E, 319, 112), "aarch64": (0xC00000B7, 279, 157),
+           "riscv64": (0xC00000F3, 279, 157), "ppc64le": (0xC0000015, 360, 66),
+           "s390x": (0x80000016, 350, 66)}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Spec:
     cpus: float = 1.0  # the CPU quota of each kernel's cgroup
     cgroups: dict = field(default_factory=dict)  # controller -> [version, the run's group] (cgroup.setup)
     refuse_memfd: bool = False  # no memory cgroup: memfd_create fails, SysV shared memory capped at 0
+    refuse_setsid: bool = False  # no cpu cgroup: setsid fails (the kernel's processes share its autogroup)
     join: list[str] = field(default_factory=list)  # this kernel's groups (cold start; forks: the request)
 
     def dumps(self) -> str:
@@ -318,22 +320,26 @@ def _shut_in(spec: Spec, host_dir: str, uid: int) -> None:
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # no capabilities left
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if spec.refuse_memfd:
-        _refuse_memfd()
+    if spec.refuse_memfd or spec.refuse_setsid:
+        _refuse(spec.refuse_memfd, spec.refuse_setsid)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _refuse_memfd() -> None:
-    """A seccomp filter: memfd_create fails with EPERM (no memory cgroup would count its pages).
+def _refuse(memfd: bool, setsid: bool) -> None:
+    """A seccomp filter: memfd_create (no memory cgroup would count its pages) and setsid (with
+    no cpu cgroup, every process of the kernel then stays in its session, so in the one CPU
+    autogroup, where Linux's autogroups are on) fail with EPERM.
 
     Classic BPF over struct seccomp_data {int nr; u32 arch; ...}: another ABI's system calls
     (i386, x32 on x86_64), whose numbers differ, fail too; everything else is allowed.
     """
-    arch, nr = MEMFD[platform.machine()]
+    arch, memfd_nr, setsid_nr = SECCOMP[platform.machine()]
+    refused = [nr for nr, on in ((memfd_nr, memfd), (setsid_nr, setsid)) if on]
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-    program = [(ld, 0, 0, 4), (jeq, 0, 4, arch), (ld, 0, 0, 0), (jge, 2, 0, 0x40000000), (jeq, 1, 0, nr),
-               (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    n = len(refused)  # jumps count the instructions skipped: deny is the last one
+    program = [(ld, 0, 0, 4), (jeq, 0, n + 3, arch), (ld, 0, 0, 0), (jge, n + 1, 0, 0x40000000),
+               *((jeq, n - i, 0, nr) for i, nr in enumerate(refused)), (ret, 0, 0, allow), (ret, 0, 0, deny)]
 
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
