@@ -371,7 +371,9 @@ def test_a_memfd_hog_is_killed_and_the_honest_student_keeps_full_marks(classes):
     reports = classes["one"]["reports"]
     assert _full(reports["c_honest"]), reports["c_honest"]
     hog = _task(reports["d_hog"])
-    assert hog["score"] == 0 and ("crashed the kernel" in hog["feedback"] or "memory" in hog["feedback"]), hog
+    assert hog["score"] == 0 and "crashed the kernel" in hog["feedback"], hog
+    if "each kernel's memory: a cgroup v" in classes["one"]["result"].stderr:  # the learner is told why
+        assert "killed for holding more memory than its cgroup's 640 MiB" in hog["feedback"], hog
 
 
 def test_a_kernel_that_ignores_interrupts_and_terms_is_killed_in_bounded_time(classes):

@@ -250,7 +250,7 @@ class Grader:
         if reply.status == "error":
             return f"raised {learner_text(reply.error)}"
         if reply.status == "died":
-            return "crashed the kernel (the Python process exited or segfaulted); it was skipped"
+            return f"crashed the kernel ({_death(reply)}); it was skipped"
         if reply.notebook_limit:
             return f"was stopped at the notebook's {self.limits.notebook_timeout:g} s time limit"
         if reply.killed:
@@ -268,7 +268,8 @@ class Grader:
                 f"_g.gate({inside!r}, {forbidden!r}, {families!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         if reply.status == "died":
-            return self._zero(task_id, "preparing the test crashed the kernel", "generic.crash"), True
+            return self._zero(task_id, f"preparing the test crashed the kernel ({_death(reply)})",
+                              "generic.crash"), True
         if reply.status != "ok":
             why = f"not tested: preparing the test failed ({learner_text(reply.error or reply.status)})"
             return self._zero(task_id, why, "generic.test_failed"), reply.kernel_gone
@@ -311,8 +312,8 @@ class Grader:
         own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)
         own_cell = cell_notes[own] if own is not None else ""
         if reply.status == "died":
-            return self._zero(task_id, "calling your answer crashed the kernel (the Python process "
-                                       "exited or segfaulted)", "generic.crash"), True
+            return self._zero(task_id, f"calling your answer crashed the kernel ({_death(reply)})",
+                              "generic.crash"), True
         if reply.status == "timeout":
             why = ("calling your answer on the test inputs was stopped after "
                    f"{self.limits.cell_timeout:g} s (the per-cell time limit); look for an endless loop")
@@ -350,6 +351,11 @@ class Grader:
             feedback = f"(note: your solution cell {own_cell}) {feedback}"
         return TaskResult(task_id, task.title, round(points, 2), int(max_points), capped(feedback), mistake,
                           per_case), False
+
+
+def _death(reply: Reply) -> str:
+    """Why a kernel died, in the feedback's words: the out-of-memory killer where its cgroup says so."""
+    return reply.error or "the Python process exited or segfaulted"
 
 
 # --------------------------------------------------------------------------------------
