@@ -343,7 +343,10 @@ def run_note(rel: str, kind: str, partner: str | None, live: Path = RUN_LIVE) ->
                 "`raise NotImplementedError(...)` line and run the check cell below it.")
         if partner:
             text += f" The lesson it practises: [{title(ROOT / partner[3:])}]({partner})."
-    return nbformat.v4.new_markdown_cell(f"```{{admonition}} {heading}\n:class: tip\n\n{text}\n```")
+    # a fixed id: nbformat's default is random, which changed every page's source at every build and
+    # made Sphinx read and write the whole site again with nothing changed
+    return nbformat.v4.new_markdown_cell(f"```{{admonition}} {heading}\n:class: tip\n\n{text}\n```",
+                                         id="posenc-run-note")
 
 
 def prepare_notebook(path: Path, src: Path, published: set[Path],
