@@ -78,12 +78,15 @@ class Explorer:
         fn: the plot function (draws one figure for keyword arguments named like the controls).
         controls: control name -> the values the site offers, in order.
         alt: alt text for a frame; "{name}" is replaced by the control's value.
+        uses_lab: its frames also depend on posenc_lesson/lab/ (lesson 08's models, lesson
+            10's CSV reader and results): a change there renders its frames again, not the others'.
     """
 
     lesson: str
     fn: object
     controls: dict
     alt: str
+    uses_lab: bool = False
 
     @property
     def id(self) -> str:
@@ -111,31 +114,33 @@ class Explorer:
 
     def key(self, values: dict) -> str:
         """A cache key: changes when the code or data that draws the frame or the values change."""
-        return hashlib.sha256("\0".join([drawing_digest(), self.fn.__name__,
+        return hashlib.sha256("\0".join([drawing_digest(self.uses_lab), self.fn.__name__,
                                           repr(sorted(values.items()))]).encode()).hexdigest()[:32]
 
 
-# what a frame depends on: the library's drawing and model code (not the grader, the grading
-# entry point or the exercises' tasks), this package's data (lesson 08's weights), the lab CSV
-# lesson 10 draws from, and the versions of the libraries that compute and draw
+# what a frame depends on: the library's top-level modules (the encodings, attention, viz), this
+# package (its drawings and stored data: lesson 04's table, lesson 08's weights) and the
+# versions of the libraries that compute and draw; for the lab explorers also the lab's code
+# and lesson 10's CSV. Not the grader, the grading entry point or the exercises' tasks.
 _PACKAGE = Path(__file__).resolve().parent.parent
-_NOT_DRAWING = ("grader", "grading", "tasks")
 
 
 @functools.cache
-def drawing_digest() -> str:
+def drawing_digest(uses_lab: bool = False) -> str:
     """A hash of everything a frame is drawn from (see above); computed once per process."""
     import matplotlib
     import numpy
     import PIL
     import torch
 
-    from ..lab.lm_lab import RESULTS_CSV
+    files = [*_PACKAGE.glob("*.py"), *(f for f in Path(__file__).parent.rglob("*")
+                                       if f.is_file() and f.suffix in {".py", ".pt"})]
+    if uses_lab:
+        from ..lab.lm_lab import RESULTS_CSV
 
-    files = sorted(f for f in _PACKAGE.rglob("*") if f.is_file() and f.suffix in {".py", ".pt"}
-                   and f.relative_to(_PACKAGE).parts[0] not in _NOT_DRAWING)
+        files += [*(_PACKAGE / "lab").glob("*.py"), RESULTS_CSV]
     digest = hashlib.sha256()
-    for f in [*files, RESULTS_CSV]:
+    for f in sorted(files):
         digest.update(f.relative_to(_PACKAGE.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     for module in (matplotlib, numpy, PIL, torch):
         digest.update(f"{module.__name__} {module.__version__}\0".encode())
@@ -218,7 +223,7 @@ _REGISTERED = [
     Explorer("08", late.lab_explorer,
              {"length": [16, 18, 32], "scheme": list(_SCHEMES), "layer": [1, 2], "head": [0, 1, 2, 3]},
              "Copy lab, {scheme} model (full lab, seed 0) at length {length}: token accuracy at each copied "
-             "symbol, and one sequence's attention weights in layer {layer}, head {head}"),
+             "symbol, and one sequence's attention weights in layer {layer}, head {head}", uses_lab=True),
     Explorer("09", late.stretch_explorer,
              {"method": ["linear", "ntk", "dynamic", "yarn", "llama3"], "factor": [1.0, 4.0, 8.0, 32.0]},
              "Context extension with {method}, factor {factor}: each pair's new frequency over the old, and "
@@ -226,7 +231,7 @@ _REGISTERED = [
     Explorer("10", late.position_explorer,
              {"scheme": list(_SCHEMES), "length": [64, 128, 256, 512]},
              "Language lab, {scheme}: bits per byte by position in windows of {length} bytes (a learned "
-             "table: at most its 64 rows), each seed thin, the mean thick"),
+             "table: at most its 64 rows), each seed thin, the mean thick", uses_lab=True),
     Explorer("11", late.grid_scores,
              {"G": [4, 6, 8, 10, 12, 14, 16], "coordinates": ["integer", "normalised"],
               "base": [100.0, 10000.0]},
