@@ -10,11 +10,13 @@ Frames are numbered in row-major order of the controls' values (the last control
 
 Rendering is the slow part of a build (about half a second a frame), so frames are cached in
 _build/cache/explorers/ under posenc_lesson.explorers.Explorer.key: a hash of what draws them
-(the library's drawing and model code, lesson 08's stored weights, lesson 10's CSV, the
-versions of matplotlib, numpy, Pillow and torch), the explorer and the values. A build with
-nothing changed renders nothing, in a fresh build folder too; a change to the library renders
-every frame again. An explorer cell that does not call a library function keeps its stored
-first frame (tests/test_explorers.py requires every lesson's to call one).
+(the library's top-level modules and posenc_lesson/explorers/ with its stored data, for lessons
+08 and 10 also posenc_lesson/lab/ and lesson 10's CSV; the versions of matplotlib, numpy,
+Pillow and torch), the explorer and the values. A build with nothing changed renders nothing,
+in a fresh build folder too; a change to what draws them renders those frames again, and the
+build deletes the cached frames it no longer uses. An explorer cell that does not call a
+library function keeps its stored first frame (tests/test_explorers.py requires every
+lesson's to call one).
 """
 
 from __future__ import annotations
