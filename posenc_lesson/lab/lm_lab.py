@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import ctypes
 import functools
 import multiprocessing
 import os
@@ -71,6 +72,7 @@ TIMING_COLUMNS = ("scheme", "seed", "train_length", "metric", "value")
 RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "10_results.csv"
 TIMING_CSV = RESULTS_CSV.with_name("10_timing.csv")
 SCALINGS = ("linear", "ntk", "yarn")  # lesson 09's position interpolation, NTK-aware, YaRN
+EVAL_TOKENS = 4096  # bytes per evaluation batch (_eval_batch)
 
 
 @dataclass(frozen=True)
@@ -188,15 +190,43 @@ def evaluate_lm(model: TinyDecoder, config: LMConfig, scheme: str, seed: int) ->
     for length in config.eval_lengths:
         if length > longest(config, scheme):
             continue  # a learned table has no row past L: no number, not an invented one
-        nll, _ = window_losses(model, texts, length)  # (W, T)
+        nll, _ = window_losses(model, texts, length, batch_size=_eval_batch(length))  # (W, T)
         rows.append(_row(config, scheme, seed, length, "bpb_nonoverlapping", nll.mean() / 0.6931471805599453))
         if length >= L:
             per_bin = nll.mean(dim=0).view(-1, bins).mean(dim=1) / 0.6931471805599453  # (T / bins,)
             rows += [_row(config, scheme, seed, length, "bpb_position", b, position=i * bins)
                      for i, b in enumerate(per_bin.tolist())]
-            sliding = evaluate_bpb(model, sliding_texts, length, stride=min(config.stride, length))
+            sliding = evaluate_bpb(model, sliding_texts, length, stride=min(config.stride, length),
+                                   batch_size=_eval_batch(length))
             rows.append(_row(config, scheme, seed, length, "bpb_sliding", sliding))
     return rows
+
+
+def _keep_freed_memory() -> None:
+    """A worker's initializer: glibc keeps the memory a tensor frees for the next one (mallopt).
+
+    Left to its defaults, glibc hands every block over its mmap threshold (at most 32 MiB) back to the
+    kernel when it is freed, so the next tensor of that size is fresh pages, zeroed in page faults: in
+    the full lab that was 43 million page faults and 93 of its 840 CPU seconds in system time, and
+    about 40 % of the evaluation's CPU time. As benchmarks/run.py's MALLOC_ENV (and any caching
+    allocator) does, the thresholds go up to 256 MiB. The numbers do not change (PyTorch aligns every
+    CPU tensor to 64 bytes either way), only where the memory comes from. Not glibc: nothing to do.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    libc.mallopt(m_trim_threshold, 256 << 20)
+    libc.mallopt(m_mmap_threshold, 256 << 20)
+
+
+def _eval_batch(length: int) -> int:
+    """Windows per forward pass when evaluating at T = length: 32, fewer past T = EVAL_TOKENS / 32.
+
+    At T = 8L, 32 windows make (32, 4, 512, 512) attention scores, 128 MiB a tensor; 8 windows do the
+    same work in a quarter of the memory. Every window's losses are the same bytes in any batch."""
+    return max(1, min(32, EVAL_TOKENS // length))
 
 
 def _train_one(config: LMConfig, scheme: str, seed: int, *, progress: bool,
@@ -220,11 +250,12 @@ def _train_one(config: LMConfig, scheme: str, seed: int, *, progress: bool,
     texts = corpus.val_texts(config.eval_blocks)
     if scheme == "t5":  # the untrained buckets given the farthest trained one's bias
         filled = fill_untrained_buckets(model, config.train_length)
-        rows += [_row(config, scheme, seed, n, "bpb_nonoverlapping", evaluate_bpb(filled, texts, n),
-                      variant="filled") for n in config.eval_lengths]
+        rows += [_row(config, scheme, seed, n, "bpb_nonoverlapping", evaluate_bpb(filled, texts, n,
+                      batch_size=_eval_batch(n)), variant="filled") for n in config.eval_lengths]
     if scheme in ("sinusoidal", "none", "rope", "alibi"):  # a trained length at untrained positions
         L = config.train_length
-        rows += [_row(config, scheme, seed, L, "bpb_moved", evaluate_bpb(model, texts, L, start=start),
+        rows += [_row(config, scheme, seed, L, "bpb_moved", evaluate_bpb(model, texts, L, start=start,
+                      batch_size=_eval_batch(L)),
                       position=start) for start in (0, L, 3 * L, max(config.eval_lengths) - L)]
     tuned_states = {}
     if scheme == "rope":
@@ -233,11 +264,13 @@ def _train_one(config: LMConfig, scheme: str, seed: int, *, progress: bool,
         for scaling in config.scalings:
             stretched = copy.deepcopy(model).set_rope_scaling(scaling, factor=config.factor,
                                                               original_max_len=config.train_length)
-            rows += [_row(config, scheme, seed, n, "bpb_nonoverlapping", evaluate_bpb(stretched, texts, n),
+            rows += [_row(config, scheme, seed, n, "bpb_nonoverlapping", evaluate_bpb(stretched, texts, n,
+                          batch_size=_eval_batch(n)),
                           variant=scaling) for n in lengths]
         for scaling in (None,) + tuple(config.scalings):
             tuned, _ = finetune_lm(model, config, scaling, seed)
-            rows += [_row(config, scheme, seed, n, "bpb_finetuned", evaluate_bpb(tuned, texts, n),
+            rows += [_row(config, scheme, seed, n, "bpb_finetuned", evaluate_bpb(tuned, texts, n,
+                          batch_size=_eval_batch(n)),
                           variant=scaling or "-") for n in lengths]
             tuned_states[scaling or "-"] = tuned.state_dict()
     timing = [{"scheme": scheme, "seed": seed, "train_length": config.train_length, "metric": metric,
@@ -287,7 +320,8 @@ def run_lm_lab(config: LMConfig = FULL, *, csv_path: str | Path | None = None,
             torch.set_num_threads(before)
     else:
         context = multiprocessing.get_context("spawn")  # a forked child of a torch process can deadlock
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
+                                 initializer=_keep_freed_memory) as pool:
             futures = [pool.submit(_train_one, config, scheme, seed, progress=False, threads=threads)
                        for scheme, seed in jobs]
             bar = tqdm(total=len(jobs), desc=f"{len(jobs)} byte models, {workers} at a time",
