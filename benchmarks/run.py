@@ -349,24 +349,49 @@ def bench_lm_lab(args, log) -> dict:
 # ---- 7. the website ----------------------------------------------------------------------------
 
 def bench_book(args, log) -> dict:
-    """`make book` into a fresh folder (the explorers' frames from _build/cache/explorers where
-    they are cached), then again with nothing changed; the site's total size and its frames'."""
-    rows = {}
+    """`make book` three times: into a fresh folder with an empty frame cache (cold: every
+    explorer frame rendered), into another fresh folder with that cache (what a new clone's
+    second build or the site test costs), and again into that folder with nothing changed; the
+    site's total size and its frames'. The cache is a temporary one (POSENC_FRAME_CACHE): the
+    repository's _build/cache/explorers is left alone."""
+    rows = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "load_start": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
-        for run in ("fresh", "unchanged"):
+        env = {**os.environ, "POSENC_FRAME_CACHE": str(Path(tmp) / "frames")}
+        for run, folder in (("cold", "cold"), ("cached", "site"), ("unchanged", "site")):
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), "--build-dir", tmp],
-                                  cwd=ROOT, capture_output=True, text=True)
+            build = [sys.executable, str(ROOT / "tools" / "build_book.py"), "--build-dir",
+                     str(Path(tmp) / folder)]
+            done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True)
             rows[f"{run}_s"] = time.perf_counter() - t0
             if done.returncode != 0:
                 return {"error": done.stderr.strip()[-300:]}
             log(f"make book ({run}): {rows[f'{run}_s']:.1f} s")
-        site = Path(tmp) / "html"
+        site = Path(tmp) / "site" / "html"
         files = [f for f in site.rglob("*") if f.is_file()]
         frames = [f for f in (site / "_static" / "explorers").rglob("*.png")]
         rows.update(site_mb=sum(f.stat().st_size for f in files) / 1e6, files=len(files), frames=len(frames),
-                    frames_mb=sum(f.stat().st_size for f in frames) / 1e6)
+                    frames_mb=sum(f.stat().st_size for f in frames) / 1e6,
+                    explorers=len({f.parent.name for f in frames}),
+                    mathjax_mb=sum(f.stat().st_size for f in (site / "_static" / "mathjax").rglob("*")
+                                   if f.is_file()) / 1e6, load_end=os.getloadavg())
     return rows
+
+
+def book_section(book: dict) -> list[str]:
+    """Section 7 of the report, from bench_book's rows."""
+    out = ["## 7. The website (`make book`)\n"]
+    if "error" in book:
+        return out + [f"The build failed: {book['error']}\n"]
+    out.append(f"Wall time of `tools/build_book.py` (what `make book` runs), 2 Sphinx jobs and 2 processes "
+               f"rendering frames: into a fresh folder with an empty frame cache (every explorer frame "
+               f"rendered) **{book['cold_s']:.1f} s**; into another fresh folder with those frames cached "
+               f"**{book['cached_s']:.1f} s**; again with nothing changed **{book['unchanged_s']:.1f} s**. "
+               f"The site holds {book['files']} files, **{book['site_mb']:.1f} MB**, of which "
+               f"{book['frames']} explorer frames of {book['explorers']} explorers take "
+               f"{book['frames_mb']:.1f} MB and MathJax {book['mathjax_mb']:.1f} MB. Measured "
+               f"{book['date']}, load average {fmt_load(book['load_start'])} at the start and "
+               f"{fmt_load(book['load_end'])} at the end (other processes shared the 2 cores).\n")
+    return out
 
 
 # ---- 5. grading ------------------------------------------------------------------------------
@@ -649,15 +674,7 @@ def write_report(res: dict, path: Path) -> None:
         w(res["sizing"])
     book = res.get("book")
     if book:  # section 7
-        w("## 7. The website (`make book`)\n")
-        if "error" in book:
-            w(f"The build failed: {book['error']}\n")
-        else:
-            w(f"A build into a fresh folder took {book['fresh_s']:.1f} s (explorer frames from the cache in "
-              f"_build/cache/explorers where present), a rebuild with nothing changed "
-              f"{book['unchanged_s']:.1f} s. "
-              f"The site holds {book['files']} files, {book['site_mb']:.1f} MB, of which {book['frames']} "
-              f"explorer frames take {book['frames_mb']:.1f} MB.\n")
+        lines.extend(book_section(book))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -741,6 +758,9 @@ def rope_notes(rope: dict) -> str:
         "is not worth it for a teaching library; the fused column is what a deployment would do.\n")
 
 
+SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "sizing", "book")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller grid, kernels only")
@@ -750,6 +770,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip", default="", help="comma list of sections to skip: "
                         "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing,book")
+    parser.add_argument("--only", default="", help="comma list of the only sections to run (the others "
+                        "skipped), e.g. --only grading --out /tmp/bench.md")
     parser.add_argument("--measured", type=Path, default=HERE / "measured.json",
                         help="JSON with make_test_s and how (measured outside this script)")
     parser.add_argument("--out", type=Path, default=HERE / "README.md")
@@ -758,10 +780,9 @@ def main() -> None:
                              "all) instead of reusing it")
     args = parser.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 11)
-SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "sizing", "book")
-
-
     skip = set(filter(None, args.skip.split(",")))
+    if args.only:
+        skip |= set(SECTIONS) - set(args.only.split(","))
     if args.quick:
         skip |= {"notebooks", "lm_lab", "grading", "book"}
     torch.set_num_threads(args.threads)
@@ -770,8 +791,6 @@ SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "si
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f} s] {msg}", flush=True)
-    parser.add_argument("--only", default="", help="comma list of the only sections to run (the others "
-                        "skipped), e.g. --only grading --out /tmp/bench.md")
 
     res: dict = {"argv": " ".join(sys.argv[1:]), "load_start": os.getloadavg(),
                  "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
@@ -781,8 +800,6 @@ SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "si
     if "alibi" not in skip:
         res["alibi"] = bench_alibi(args, log)
         res["alibi"]["memory"] = plot_alibi_memory(args.out.parent / "alibi_memory.png")
-    if args.only:
-        skip |= set(SECTIONS) - set(args.only.split(","))
     if "sinusoidal" not in skip:
         res["sinusoidal"] = bench_sinusoidal(args, log)
     if "notebooks" not in skip:
