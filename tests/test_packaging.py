@@ -256,6 +256,12 @@ def test_the_wheel_installs_beside_other_numpy_and_matplotlib_and_keeps_them(for
     _pip(pathlib.Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "--no-index",
          "--wheel-dir", str(tmp_path / "dist"), str(src))
     (wheel,) = (tmp_path / "dist").glob("posenc_lesson-*.whl")
+    import zipfile
+
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    data = ROOT / "posenc_lesson" / "explorers" / "data"
+    stored = {f"posenc_lesson/explorers/data/{p.name}" for p in data.glob("*.pt")}
+    assert stored and stored <= shipped, stored - shipped  # the explorers' stored training ships too
     installed = _pip(python, "install", "--no-compile", *sources, str(wheel))
     assert _versions(python, held) == before, installed  # torch, numpy and matplotlib stay as they were
     replaced = re.search(r"Installing collected packages:.*\b(torch|numpy|matplotlib)\b", installed)
