@@ -1,5 +1,7 @@
 """Shared fixtures: every test starts from the same random state."""
 
+import os
+
 import pytest
 import torch
 
@@ -35,3 +37,10 @@ SLOW_FIRST = {
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -SLOW_FIRST.get(item.path.name, 0))  # stable: ties keep their order
+
+
+def pytest_runtest_setup(item):
+    """nbval starts a notebook's kernel with this process's environment: a learner's kernel draws
+    inline, so no backend a test chose (MPLBACKEND=Agg) may reach it."""
+    if item.path.suffix == ".ipynb":
+        os.environ.pop("MPLBACKEND", None)

@@ -31,7 +31,11 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-os.environ.setdefault("MPLBACKEND", "Agg")  # the build draws off screen
+import matplotlib
+
+# the build draws off screen; not through MPLBACKEND, which would reach every kernel this process
+# starts afterwards (tests/test_book.py builds the site inside the test session)
+matplotlib.use("Agg")
 
 from posenc_lesson.explorers import EXPLORERS, Explorer, label, render  # noqa: E402
 

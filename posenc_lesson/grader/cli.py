@@ -83,7 +83,7 @@ of the course and the grader's files are not in its root. Before grading, a prob
 sandbox up; where that fails the grader refuses to grade (exit status 1) and says why and how
 to fix it. ``--sandbox off`` grades without one, with a warning.
 
-What comes back from a kernel is hostile data (``grader.read_outputs``), and so are the
+What comes back from a kernel is hostile data (``outputs.read_outputs``), and so are the
 submitted files (``submissions``): regular files only, size caps, control characters escaped
 in everything printed or stored (``errors.printable``), one report path per row.
 

@@ -1,9 +1,8 @@
 """A fresh Jupyter kernel per submission, with time limits, driven over the shell channel only.
 
-On Linux each kernel is forked from a zygote that imported torch once
-(``posenc_lesson.grader.zygote.serve``); ``POSENC_GRADE_FORK=0`` or another OS starts each
-from scratch. A cell over its limit is interrupted; a kernel that does not stop, or dies, is
-killed with its whole process group.
+On Linux each kernel is forked from a zygote that imported torch once (``zygote.serve``);
+``POSENC_GRADE_FORK=0`` or another OS starts each from scratch. A cell over its limit is
+interrupted; a kernel that does not stop, or dies, is killed with its whole process group.
 
 With a sandbox (``sandbox.Spec``) each kernel has a folder of its own, H = <workdir>/<name>,
 which its warden covers with a tmpfs in its own mount namespace; the grader reaches the
@@ -246,7 +245,7 @@ class Kernel:
 
         host = self.workdir / self.name
         host.mkdir(mode=0o700)
-        check_socket_path(host)
+        sandbox.check_socket_path(host)
         info = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
                 "transport": "ipc", "ip": "", "key": secrets.token_hex(16),
                 "signature_scheme": "hmac-sha256", "kernel_name": ""}
@@ -410,14 +409,6 @@ class Kernel:
 def _quietly(call) -> None:
     with contextlib.suppress(Exception):
         call()
-
-
-def check_socket_path(host: Path) -> None:
-    """The kernel's sockets, reached through /proc/<pid>/root, must fit a Unix socket's 107 bytes."""
-    longest = f"/proc/4194304/root{host}/kernel-5"
-    if len(os.fsencode(longest)) > 107:
-        raise InfrastructureError(f"the kernels' folder {host} is too deep for a Unix socket path "
-                                  f"({len(longest)} > 107 bytes); set TMPDIR to a short folder such as /tmp")
 
 
 def kill_all_kernels() -> None:

@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 
 from . import cgroup
+from .errors import InfrastructureError
 from .shut_in import INSIDE, SYS_PIVOT_ROOT, UID_BASE, Spec, close_fds, enter_zygote, warden
 
 __all__ = ["HOW_TO_FIX", "INSIDE", "UID_BASE", "Spec", "close_fds", "enter_zygote", "hide_from_kernels",
@@ -168,3 +169,11 @@ def probe(spec: Spec, host_dir: Path, timeout: float = 30.0) -> str | None:
     said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     errors = [line.removeprefix("error: ") for line in said if line.startswith("error: ")]
     return (errors or said or [f"the sandbox probe failed with exit status {done.returncode}"])[-1][:300]
+
+
+def check_socket_path(host: Path) -> None:
+    """The kernel's sockets, reached through /proc/<pid>/root, must fit a Unix socket's 107 bytes."""
+    longest = f"/proc/4194304/root{host}/kernel-5"
+    if len(os.fsencode(longest)) > 107:
+        raise InfrastructureError(f"the kernels' folder {host} is too deep for a Unix socket path "
+                                  f"({len(longest)} > 107 bytes); set TMPDIR to a short folder such as /tmp")

@@ -37,8 +37,7 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-MNT_DETACH = 2
+MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 4096, 16384, 1 << 18, 2
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 # (AUDIT_ARCH_*, memfd_create's number, setsid's number) per machine, for the seccomp filter (_refuse)
@@ -138,11 +137,9 @@ def enter_zygote(spec: Spec) -> None:
 
 def report(fd: int, line: str) -> None:
     """One line to whoever started the warden ("ok", or "error: ..."), then close the pipe."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd, (line.replace("\n", " ")[:500] + "\n").encode())
         os.close(fd)
-    except OSError:
-        pass
 
 
 def warden(spec: Spec, host_dir: str, connection: dict, report_fd: int, join: list[str] = ()) -> None:

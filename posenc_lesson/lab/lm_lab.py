@@ -205,13 +205,11 @@ def evaluate_lm(model: TinyDecoder, config: LMConfig, scheme: str, seed: int) ->
 def _keep_freed_memory() -> None:
     """A worker's initializer: glibc keeps the memory a tensor frees for the next one (mallopt).
 
-    Left to its defaults, glibc hands every block over its mmap threshold (at most 32 MiB) back to the
-    kernel when it is freed, so the next tensor of that size is fresh pages, zeroed in page faults: in
-    the full lab that was 43 million page faults and 93 of its 840 CPU seconds in system time, and
-    about 40 % of the evaluation's CPU time. As benchmarks/run.py's MALLOC_ENV (and any caching
-    allocator) does, the thresholds go up to 256 MiB. The numbers do not change (PyTorch aligns every
-    CPU tensor to 64 bytes either way), only where the memory comes from. Not glibc: nothing to do.
-    """
+    By default glibc hands every block over its mmap threshold (at most 32 MiB) back to the kernel when
+    it is freed, so the next tensor of that size is fresh pages, zeroed in page faults: in the full lab,
+    43 million page faults, 93 of its 840 CPU seconds in system time. As benchmarks/run.py's MALLOC_ENV
+    (and any caching allocator) does, the thresholds go up to 256 MiB. The numbers do not change
+    (PyTorch aligns every CPU tensor to 64 bytes either way). Not glibc: nothing to do."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
@@ -223,7 +221,6 @@ def _keep_freed_memory() -> None:
 
 def _eval_batch(length: int) -> int:
     """Windows per forward pass when evaluating at T = length: 32, fewer past T = EVAL_TOKENS / 32.
-
     At T = 8L, 32 windows make (32, 4, 512, 512) attention scores, 128 MiB a tensor; 8 windows do the
     same work in a quarter of the memory. Every window's losses are the same bytes in any batch."""
     return max(1, min(32, EVAL_TOKENS // length))
