@@ -309,7 +309,7 @@ def _answer_and_check(page, task: str, code: str) -> None:
 
 
 def test_a_class_on_jupyterhub(hub, browser, tmp_path):
-    from nbgitpuller_link import pull_link  # the instructor's link, as README prints it
+    from nbgitpuller_link import pull_link  # the instructor's link, as docs/instructors.md prints it
 
     link = pull_link(hub.url, hub.course_url, "main", notebook=LESSON, targetpath=COURSE_DIR)
     refused: list[str] = []
@@ -373,7 +373,7 @@ def test_a_class_on_jupyterhub(hub, browser, tmp_path):
                     "--exercise", "01", "--out", str(submissions)], check=True, timeout=60)
     for user in LEARNERS:
         assert [p.name for p in (submissions / user).iterdir()] == [Path(EXERCISE).name]
-    # grade, as README says
+    # grade, as docs/instructors.md says
     start = time.monotonic()
     out = subprocess.run([str(TOOLS["posenc-grade"]), "--jobs", "2", "--out", str(grades),
                           "--gradebook", str(grades / "gradebook.csv"), str(submissions)],

@@ -207,8 +207,8 @@ def test_fast_config_is_the_full_lab_made_smaller():
 
 
 def test_readme_quotes_the_committed_lab_means():
-    """Every number the README's lesson 10 entry quotes is the committed CSV's mean over the seeds."""
-    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    """Every number docs/lessons.md's lesson 10 entry quotes is the committed CSV's mean over the seeds."""
+    text = " ".join((ROOT / "docs" / "lessons.md").read_text(encoding="utf-8").split())
     entry = text[text.index("**10 · The same question on real text**"):text.index("**11 ·")]
     rows = lm_lab.read_csv()
     L = lm_lab.FULL.train_length

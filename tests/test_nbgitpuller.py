@@ -3,7 +3,7 @@ the changes and keeps the learner's own edits.
 
 The "hub" side is a bare clone reached over file:// (nothing leaves the machine); the learner's
 side is nbgitpuller's GitPuller, the code behind its link and its `gitpuller` command. The link
-itself comes from tools/nbgitpuller_link.py, as README shows it.
+itself comes from tools/nbgitpuller_link.py, as docs/instructors.md shows it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The exercise notebooks work unchanged with nbgrader, proven headless in a temporary course.
 
-``nbgrader generate_assignment`` on solutions/, configured as the README says, must give the same
+``nbgrader generate_assignment`` on solutions/, configured as docs/instructors.md says, must give the same
 student notebooks as exercises/, byte for byte (tools/make_exercises.py runs nbgrader's own release
 preprocessors, in nbgrader's order; no explanation of a solution is released), and
 ``nbgrader autograde`` must give the solutions full marks and the blank exercises zero (three
@@ -37,7 +37,7 @@ c.ClearSolutions.code_stub = {{"python": {stub!r}}}
 c.Execute.timeout = 120
 """
 # nbgrader has no cell removal of its own: these lines drop the explained solutions' explanation
-# cells (make_exercises.EXPLANATION_CONFIG; the README's nbgrader_config.py has the same lines)
+# cells (make_exercises.EXPLANATION_CONFIG; docs/instructors.md's nbgrader_config.py has the same lines)
 EXPLANATION_CONFIG = (
     'c.GenerateAssignment.Exporter.preprocessors = ["nbconvert.preprocessors.TagRemovePreprocessor"]\n'
     'c.TagRemovePreprocessor.remove_cell_tags = ["solution_explanation"]\n')
@@ -153,9 +153,9 @@ def test_the_generator_writes_the_committed_exercises_byte_for_byte(tmp_path):
 def test_the_explanation_config_is_the_generators_and_the_readmes():
     """The lines that keep nbgrader's release free of explanations are the ones documented."""
     assert EXPLANATION_CONFIG == make_exercises.EXPLANATION_CONFIG
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
     assert all(line in readme for line in EXPLANATION_CONFIG.splitlines()), (
-        "README's nbgrader_config.py must carry the lines that drop the explanation cells")
+        "docs/instructors.md's nbgrader_config.py must carry the lines that drop the explanation cells")
 
 
 def test_no_explanation_is_released(courses):

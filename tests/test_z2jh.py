@@ -118,7 +118,7 @@ def test_guarantees_and_limits_are_the_measured_sizing():
 
 def test_readme_quotes_the_measured_sizing():
     sizing = json.loads(SIZING.read_text())
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "instructors.md").read_text()
     section = readme.split("**Sizing, measured.**")[1].split("\n## ")[0]
     assert f"**{sizing['memory_per_learner_gib']:g} GiB**" in section
     for n in ("30", "100"):

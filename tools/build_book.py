@@ -3,7 +3,8 @@
     README.md            --> index.md            the landing page: overview, lesson order, how to run
     notebooks/NN_*.ipynb --> notebooks/NN_*.ipynb  one page per lesson, in order
     exercises/NN_*.ipynb --> exercises/NN_*.ipynb  one page per exercise notebook (stubs only)
-                         --> exercises/index.md  how to work an exercise (from README.md)
+    docs/exercises.md    --> exercises/index.md  how to work an exercise
+    docs/lessons.md      --> (its Conventions)   the landing page's conventions table
 
 The notebooks are found by globbing, never listed by hand. Each page is rendered from the
 notebook's stored outputs (nothing runs unless --execute), after the changes that
@@ -125,15 +126,12 @@ def readme_sections(text: str) -> dict[str, str]:
     return sections
 
 
-def _subsection(section: str, title: str) -> str | None:
-    """The '### title' part of a section, up to the next '###' heading, or None."""
-    m = re.search(rf"^### {re.escape(title)}\n(.*?)(?=^### |\Z)", section, flags=re.M | re.S)
-    return m.group(1).strip() + "\n" if m else None
-
-
-def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tuple[str, str]:
-    """index.md (overview, the lessons in order, conventions) and exercises/index.md."""
+def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide: str = "",
+                 how_to: str = "") -> tuple[str, str]:
+    """index.md (README's overview and lessons in order, the conventions of docs/lessons.md, given
+    as guide) and exercises/index.md (docs/exercises.md, given as how_to)."""
     sections = readme_sections(readme)
+    conventions = readme_sections(guide).get("Conventions")
     if "The lessons" not in sections or not sections[""].startswith("# "):
         raise BookError("README.md must open with a '# ' title and have a '## The lessons' section: the "
                         "site's landing page is built from them. Fix README.md, or tools/build_book.py.")
@@ -154,15 +152,15 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path]) -> tup
                  "drawn by the course's library when the site was built, a few values per control). The "
                  "exercise notebooks are listed under Exercises in the sidebar, after "
                  "[how to work one](exercises/index.md).\n")
-    if "Conventions" in sections:
-        parts += ["## Conventions\n", sections["Conventions"]]
+    if conventions:
+        parts += ["## Conventions\n", conventions]
     toc = ["```{toctree}", ":caption: Lessons", ":hidden:", ""]
     toc += [f"notebooks/{nb.stem}" for nb in lessons] + ["```", "", "```{toctree}", ":caption: Exercises",
                                                           ":hidden:", "", "exercises/index"]
     toc += [f"exercises/{nb.stem}" for nb in exercises] + ["```", ""]
     index = relink("\n".join(parts), resolve) + "\n" + "\n".join(toc)
 
-    learners = _subsection(sections.get("Exercises and grading", ""), "For learners: working an exercise")
+    learners = how_to.split("\n", 1)[1].strip() + "\n" if how_to.startswith("# ") else None
     ex = ["# How to work an exercise\n",
           "Each exercise notebook goes with one lesson: stubs for you to fill in, a hint above each, "
           "and a check cell that tells you at once whether your answer is right. These pages show them "
@@ -192,7 +190,10 @@ def assemble(src: Path, execute_lessons: bool) -> list[Path]:
         raise BookError(f"no lesson notebooks (notebooks/NN_*.ipynb) under {ROOT}")
     published = set(lessons) | set(exercises)
     written: set[Path] = set()
-    index, ex_index = landing_page((ROOT / "README.md").read_text(), lessons, exercises)
+    docs = {name: (ROOT / "docs" / name).read_text() if (ROOT / "docs" / name).exists() else ""
+            for name in ("lessons.md", "exercises.md")}
+    index, ex_index = landing_page((ROOT / "README.md").read_text(), lessons, exercises,
+                                   docs["lessons.md"], docs["exercises.md"])
     _write(src / "index.md", index, written)
     _write(src / "exercises" / "index.md", ex_index, written)
     for path in lessons + exercises:
