@@ -28,9 +28,13 @@ posenc_lesson/tasks/      the course's exercises (may import the math and the la
     registry     Task, the registry (TOPICS), outputs_of, score, verdict, the forbidden-call watch
     judges       the shared tensor judge, tolerances, mistakes shared by several tasks
     concepts     the concept questions' judges
-    in_kernel, watch, given   what runs inside a kernel (and behind check())
+    given        functions a task hands to the learner's code as inputs (lesson 01)
     permutation sinusoidal rotation learned relative rope alibi extrapolation ...
                  one topic file per lesson's tasks: cases, references, mistakes, hints
+
+posenc_lesson/harness/    what runs inside a grading kernel and behind check() (imported by
+                          tasks and grader; imports neither): in_kernel (the harvest), watch,
+                          disarm (the stubs), alone (no learner thread at a harvest)
 
 posenc_lesson/grader/     posenc-grade, by stage (may import every room above)
     submissions (find) -> plan -> kernel, zygote, sandbox (run, shut in) -> grader (score)

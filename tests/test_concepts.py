@@ -22,7 +22,8 @@ import nbformat
 import pytest
 import torch
 
-from posenc_lesson.tasks import TASKS, in_kernel, outputs_of, score
+from posenc_lesson.harness import in_kernel
+from posenc_lesson.tasks import TASKS, outputs_of, score
 from posenc_lesson.tasks import registry as tasks
 from posenc_lesson.tasks.concepts import correct_option
 

@@ -52,7 +52,7 @@ ANSWERS = {
 }
 '''
 FORGERY = ANSWERS + '''
-import posenc_lesson.tasks.in_kernel as _k
+import posenc_lesson.harness.in_kernel as _k
 
 
 def _forged_harvest(job, out):
@@ -69,7 +69,7 @@ ROT13 = textwrap.dedent(f'''
     ''')
 STATE_BY_STRING = ANSWERS + '''
 import operator
-_st = operator.attrgetter("tasks.in_" + "kernel._st" + "ate")(pl)
+_st = operator.attrgetter("harness.in_" + "kernel._st" + "ate")(pl)
 '''
 STATE_BY_GLOBALS = ANSWERS + '''
 import operator
@@ -247,7 +247,8 @@ def test_a_key_that_is_a_link_or_too_short_is_refused(tmp_path):
 PER_TASK = '''
 import torch
 import posenc_lesson as pl
-from posenc_lesson.tasks import TASKS, disarm, registry
+from posenc_lesson.harness import disarm
+from posenc_lesson.tasks import TASKS, registry
 
 lesson = [t for t in TASKS if t.startswith("07_")]
 stubbed = disarm.disarm(disarm.entries(registry.watch_spec, lesson))
@@ -293,36 +294,63 @@ ATTENTION = '''
 import torch
 import torch.nn.functional as F
 from posenc_lesson.lab import vision_lab
-from posenc_lesson.tasks import disarm, watch
+from posenc_lesson.harness import disarm, watch
 
 sdpa, aten = F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention  # aliases first
 q = torch.randn(1, 2, 4, 8)
+expected = sdpa(q, q, q)
 block = vision_lab.Block(16, 2)  # calls F.scaled_dot_product_attention in its forward
 x = torch.randn(1, 4, 16)
 disarm.activate([], ["attention"])  # a task that forbids torch's attention is graded
 nn_sdpa = torch._C._nn.scaled_dot_product_attention
-for call in (lambda: sdpa(q, q, q), lambda: aten(q, q, q), lambda: nn_sdpa(q, q, q)):
+
+
+def modes_popped():  # every torch function mode taken off the stack, then put back
+    popped = [torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())]
+    try:
+        return sdpa(q, q, q)
+    finally:
+        for mode in reversed(popped):
+            torch._C._push_on_torch_function_stack(mode)
+
+
+def disabled():
+    with torch._C.DisableTorchFunction():
+        return sdpa(q, q, q)
+
+
+def inference():
+    with torch.inference_mode():
+        return torch._scaled_dot_product_attention_math(q, q, q)[0]
+
+
+for call in (lambda: sdpa(q, q, q), lambda: aten(q, q, q), lambda: nn_sdpa(q, q, q), modes_popped, disabled,
+             inference, lambda: block(x, None, 10000.0)):  # the library's own call too: nothing reaches it
     try:
         call()
     except disarm.Disarmed as exc:
-        assert "scaled_dot_product_attention" in str(exc), exc
+        assert "scaled_dot_product" in str(exc), exc
     else:
-        raise AssertionError("torch's attention ran for the learner's code")
-assert block(x, None, 10000.0).shape == (1, 4, 16)  # the library's own attention call still runs
+        raise AssertionError("torch's attention ran while a task that forbids it was graded")
 w = watch.Watch({"allowed": [["", "*"]], "forbidden": [], "torch": ["attention"]})
 with w.watching() as called:
     try:
         sdpa(q, q, q)
     except disarm.Disarmed:
         pass
-    block(x, None, 10000.0)  # under the watch too
-assert called and all("scaled_dot_product" in c for c in called), called
-disarm.activate([], [])  # the next task allows it
-assert torch.allclose(sdpa(q, q, q), F.scaled_dot_product_attention(q, q, q))
+    try:
+        modes_popped()  # the pops and pushes are recorded, and the call still raises
+    except disarm.Disarmed:
+        pass
+assert called and "scaled_dot_product" in called[0], called
+assert "torch._C._pop_torch_function_stack" in called, called
+disarm.activate([], [])  # the next task allows it: every form runs again
+assert torch.allclose(sdpa(q, q, q), expected) and torch.allclose(modes_popped(), expected)
+assert block(x, None, 10000.0).shape == (1, 4, 16)
 print("attention ok")
 '''
 
 
-def test_torchs_attention_raises_for_the_learner_only_while_a_task_that_forbids_it_is_graded():
+def test_torchs_attention_raises_below_the_mode_stack_only_while_a_task_that_forbids_it_is_graded():
     run = _in_a_fresh_interpreter(ATTENTION)
     assert run.returncode == 0 and "attention ok" in run.stdout, run.stderr[-3000:]

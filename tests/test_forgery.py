@@ -12,8 +12,8 @@ Three mechanisms, each tested on its own first (no kernel) and then together in 
   attribute, private helper, the grading modules' own references, another function of the library
   that happens to compute the answer, torch's attention in any of its forms);
 - the ability taken away (issue 22): the library functions an exercise forbids are stubs in its
-  kernel (``tasks.disarm``) and no thread of the learner's may be alive at a harvest
-  (``tasks.alone``), so the forgeries that replace the harvest, its state or the watch, or swap
+  kernel (``harness.disarm``) and no thread of the learner's may be alive at a harvest
+  (``harness.alone``), so the forgeries that replace the harvest, its state or the watch, or swap
   files from a thread, score 0 as well as being flagged;
 - review flags: code that reaches into the grader (replacing the harvest, its state or the watch,
   a thread swapping files, reading solutions/, copying a library function's source) is flagged.
@@ -39,7 +39,8 @@ import torch
 
 import posenc_lesson
 from posenc_lesson.grader import flags
-from posenc_lesson.tasks import TASKS, hidden_cases, in_kernel, outputs_of, score
+from posenc_lesson.harness import in_kernel
+from posenc_lesson.tasks import TASKS, given, hidden_cases, outputs_of, score
 from posenc_lesson.tasks import registry as tasks
 
 pytestmark = pytest.mark.slow  # kernels: about a minute
@@ -70,7 +71,7 @@ ANSWERS = {
 '''
 FORGE_HARVEST = '''import torch
 import posenc_lesson as pl
-import posenc_lesson.tasks.in_kernel as _k
+import posenc_lesson.harness.in_kernel as _k
 ''' + ROPE_ANSWERS + '''
 
 def _forged_harvest(job, out):  # the library's answers on the grader's own inputs
@@ -86,7 +87,7 @@ def apply_rope_interleaved(x, positions):
 '''
 FORGE_STATE = '''import torch
 import posenc_lesson as pl
-from posenc_lesson.tasks import in_kernel
+from posenc_lesson.harness import in_kernel
 ''' + ROPE_ANSWERS + '''
 _load, _save, _seen = in_kernel._state["load"], in_kernel._state["save"], {}
 
@@ -136,7 +137,7 @@ def apply_rope_interleaved(x, positions):
 '''
 DISABLE_WATCH = '''import contextlib
 import posenc_lesson
-import posenc_lesson.tasks.in_kernel as _k
+import posenc_lesson.harness.in_kernel as _k
 
 _k._watch = lambda f, fn: contextlib.nullcontext([])  # what switched the watch off before issue 14
 try:
@@ -151,7 +152,7 @@ def apply_rope_half(x, positions):
 '''
 DISABLE_WATCH_NOW = '''import contextlib
 import posenc_lesson
-import posenc_lesson.tasks.watch as _w
+import posenc_lesson.harness.watch as _w
 
 _w.Watch.watching = lambda self: contextlib.nullcontext(self.called)  # its successor
 
@@ -574,7 +575,7 @@ def test_hidden_cases_are_reproducible_fresh_and_data_only(task_id, tmp_path):
     path = tmp_path / "job.pt"
     torch.save(tasks.job(task_id, first), path)
     job = torch.load(path, weights_only=True)  # what a kernel reads: data only
-    assert _same(in_kernel.decode(job["cases"]), first)
+    assert _same(in_kernel.decode(job["cases"], given.CATALOGUE), first)
 
 
 def _solution_entry(task_id: str):

@@ -175,7 +175,7 @@ raise RuntimeError("; ".join(said))
 '''
 FORGE = '''
 import torch
-import posenc_lesson.tasks.in_kernel as _k
+import posenc_lesson.harness.in_kernel as _k
 
 
 def _forged_save(result, path):  # a 1.5 KB file whose tensor is 30000 x 30000 floats once used

@@ -1,6 +1,9 @@
-"""The package's four rooms: imports point one way (math <- lab <- tasks <- grader), files stay
-small, and a lesson's exercises are registered by naming one topic file. The old name
-``posenc_lesson.grading`` is a thin alias of the tasks room (and runs the grader with -m).
+"""The package's rooms: imports point one way (math <- lab <- tasks <- grader), files stay
+small, and a lesson's exercises are registered by naming one topic file. What runs inside a
+grading kernel and behind ``check()`` (the harvest, the watch, the stubs) has a room of its own,
+``posenc_lesson.harness``, which tasks and grader import and which imports neither, nor the
+lab. The old name ``posenc_lesson.grading`` is a thin alias of the tasks room (and runs the
+grader with -m).
 
 The top ``posenc_lesson/__init__.py`` re-exports TinyDecoder, SCHEMES and copy_batch from the
 lab, so importing any math module *through the package* loads the lab too. The tests therefore
@@ -27,6 +30,7 @@ MATH = sorted(p.stem for p in PKG.glob("*.py") if p.name != "__init__.py")
 LAB = sorted(p.stem for p in (PKG / "lab").glob("*.py") if p.name != "__init__.py")
 TASKS_ROOM = sorted(p.stem for p in (PKG / "tasks").glob("*.py") if p.name != "__init__.py")
 GRADER = sorted(p.stem for p in (PKG / "grader").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+HARNESS = sorted(p.stem for p in (PKG / "harness").glob("*.py"))
 ALIAS = "grading"  # posenc_lesson.grading: forwards to tasks; python -m runs the grader
 MAX_LINES = 420  # "about 400 lines" (DEVELOPERS.md), with a little slack
 
@@ -86,7 +90,9 @@ def test_the_import_reader_catches_every_way_to_reach_another_room():
 def test_the_rooms_hold_what_the_layout_promises():
     assert {"attention", "sinusoidal", "learned", "rope", "alibi", "viz", "_checks"} <= set(MATH)
     assert {"model", "copy_task", "train", "experiments"} <= set(LAB)
-    assert {"registry", "judges", "concepts", "in_kernel", "watch", "given"} <= set(TASKS_ROOM)
+    assert {"registry", "judges", "concepts", "given"} <= set(TASKS_ROOM)
+    assert set(HARNESS) == {"__init__", "in_kernel", "watch", "disarm", "alone"}
+    assert not set(HARNESS) & set(TASKS_ROOM + GRADER) - {"__init__"}  # the kernel side lives in one room
     assert set(tasks_room.TOPICS) <= set(TASKS_ROOM)
     assert {"submissions", "plan", "kernel", "zygote", "sandbox", "grader", "report", "cli"} <= set(GRADER)
     assert not set(TASKS_ROOM) & set(GRADER)
@@ -96,7 +102,8 @@ def test_the_rooms_hold_what_the_layout_promises():
 @pytest.mark.parametrize("name", MATH)
 def test_math_modules_import_no_other_room(name):
     names = imports_of(_source(f"{name}.py"), f"posenc_lesson.{name}")
-    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("lab", "tasks", "grader", ALIAS)))
+    rooms = ("lab", "tasks", "grader", "harness", ALIAS)
+    wrong = sorted(n for n in names if any(_in_room(n, r) for r in rooms))
     assert not wrong, f"posenc_lesson/{name}.py imports {wrong}: the math modules stand alone"
     # a name taken from the package itself may only be another math module: the package's
     # __init__ re-exports the lab, so `from . import TinyDecoder` would hide a dependency
@@ -108,7 +115,7 @@ def test_math_modules_import_no_other_room(name):
 @pytest.mark.parametrize("name", LAB)
 def test_the_lab_never_imports_tasks_or_grader(name):
     names = imports_of(_source("lab", f"{name}.py"), f"posenc_lesson.lab.{name}")
-    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("tasks", "grader", ALIAS)))
+    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("tasks", "grader", "harness", ALIAS)))
     assert not wrong, f"posenc_lesson/lab/{name}.py imports {wrong}: the tasks build on the lab, not back"
     via_init = sorted(n for n in names if n.count(".") == 1 and n.startswith("posenc_lesson.")
                       and n.split(".")[1] not in MATH + ["lab"])
@@ -120,6 +127,16 @@ def test_the_tasks_never_import_the_grader(name):
     names = imports_of(_source("tasks", f"{name}.py"), f"posenc_lesson.tasks.{name}")
     wrong = sorted(n for n in names if _in_room(n, "grader") or _in_room(n, ALIAS))
     assert not wrong, f"posenc_lesson/tasks/{name}.py imports {wrong}: the grader builds on the tasks"
+
+
+@pytest.mark.parametrize("name", HARNESS)
+def test_the_harness_imports_no_other_room(name):
+    """What runs inside a grading kernel holds no lesson content: it imports neither the lab, the
+    exercises, nor the grader (the functions a task hands to a learner come in as data: install's
+    ``given``)."""
+    names = imports_of(_source("harness", f"{name}.py"), f"posenc_lesson.harness.{name}")
+    wrong = sorted(n for n in names if any(_in_room(n, r) for r in ("lab", "tasks", "grader", ALIAS)))
+    assert not wrong, f"posenc_lesson/harness/{name}.py imports {wrong}: it stands below tasks and grader"
 
 
 @pytest.mark.parametrize("name", GRADER)

@@ -58,8 +58,9 @@ MESSAGES = {
     "unscannable": "could not be read by the static scan (too large, too deep, or it took too long)",
 }
 
-# the packages of the exercises and the grader (and the old name, an alias of the first)
-_GRADING_PACKAGES = ("posenc_lesson.tasks", "posenc_lesson.grader", "posenc_lesson.grading")
+# the packages of the exercises, the grader, the old name (an alias of the first) and the kernel side
+_GRADING_PACKAGES = ("posenc_lesson.tasks", "posenc_lesson.grader", "posenc_lesson.grading",
+                     "posenc_lesson.harness")
 _MODULES = {  # top-level module -> kind
     **dict.fromkeys(("os", "posix", "nt", "subprocess", "signal", "socket", "threading", "_thread",
                      "multiprocessing", "concurrent", "asyncio", "ctypes", "cffi", "resource", "pty",

@@ -1,6 +1,6 @@
 """Grading one submission: run its plan in a kernel, take each task's outputs out, score them here.
 
-The outputs are taken inside the kernel by ``posenc_lesson.tasks.in_kernel.harvest``, on the
+The outputs are taken inside the kernel by ``posenc_lesson.harness.in_kernel.harvest``, on the
 task's hidden cases (drawn here for the run's seed, written into the kernel's folder as data
 just before the harvest), and loaded here with ``torch.load(weights_only=True)``; ``score`` runs
 in this process, where no learner code ever ran, on the same cases. A cell that kills its kernel
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..tasks.disarm import entries as disarm_entries
-from ..tasks.disarm import task_entries as disarm_task_entries
-from ..tasks.in_kernel import learner_text
+from ..harness.disarm import entries as disarm_entries
+from ..harness.disarm import task_entries as disarm_task_entries
+from ..harness.in_kernel import learner_text
 from .errors import InfrastructureError, capped, short
 from .flags import scan
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
@@ -38,6 +38,9 @@ from .submissions import Submission
 CHECKS_MODULE = "posenc_lesson.tasks"  # the registry: TASKS, outputs_of, score
 DEFAULT_CELL_TIMEOUT = 30.0  # seconds per cell (and per task's test run)
 DEFAULT_NOTEBOOK_TIMEOUT = 300.0  # seconds for a whole notebook, restarts included
+SETUP = ("import posenc_lesson.harness.in_kernel as _g, posenc_lesson.tasks as _t, "
+         "posenc_lesson.tasks.given as _v; _g.install({0!r}, {1!r}, room=_t, given=_v.CATALOGUE); "
+         "del _g, _t, _v")  # the kernel's first cell, before any learner code
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,7 @@ class Grader:
                 kernel = Kernel(Path(tmp), self.zygote, self.box)
                 try:
                     kernel.start()
-                    setup = (f"import posenc_lesson.tasks.in_kernel as _g; "
-                             f"_g.install({self.checks_module!r}, {self.disarmed(ex)!r}); del _g")
+                    setup = SETUP.format(self.checks_module, self.disarmed(ex))
                     reply = kernel.run(setup, KERNEL_START_TIMEOUT, time.monotonic() + KERNEL_START_TIMEOUT)
                     if reply.status != "ok":
                         raise InfrastructureError(f"the grading kernel could not import the checks: "
@@ -252,7 +254,7 @@ class Grader:
         task while a thread or process the learner started is alive (it could read the job and
         forge the outputs). None when the job may be written."""
         forbidden, families = self.task_forbidden(task_id)
-        code = (f"import posenc_lesson.tasks.in_kernel as _g; _g.prepare(); "
+        code = (f"import posenc_lesson.harness.in_kernel as _g; "
                 f"_g.gate({inside!r}, {forbidden!r}, {families!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         if reply.status == "died":
@@ -295,7 +297,7 @@ class Grader:
         except OSError as exc:
             return self._zero(task_id, f"not tested: its inputs could not be written ({short(exc)})",
                               "generic.not_graded"), False
-        code = f"import posenc_lesson.tasks.in_kernel as _g; _g.harvest({job_inside!r}, {inside!r}); del _g"
+        code = f"import posenc_lesson.harness.in_kernel as _g; _g.harvest({job_inside!r}, {inside!r}); del _g"
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         own = next((i for i in cell_notes if plan.steps[i].grade_id == task_id), None)
         own_cell = cell_notes[own] if own is not None else ""

@@ -25,7 +25,8 @@ from typing import Any
 from . import sandbox
 
 PRELOAD = ("ipykernel.kernelapp", "IPython", "numpy", "torch", "matplotlib", "matplotlib.pyplot",
-           "posenc_lesson", "posenc_lesson.viz", "posenc_lesson.tasks.in_kernel")
+           "posenc_lesson", "posenc_lesson.viz", "posenc_lesson.harness.in_kernel",
+           "posenc_lesson.tasks.given")
 
 _running: set[int] = set()  # kernels forked and not yet reaped
 
@@ -120,6 +121,9 @@ def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -
     if box is not None:
         sandbox.enter_zygote(box)  # before any import can start a thread
     for name in (*PRELOAD, checks_module):
+        importlib.import_module(name)
+    watch = importlib.import_module("posenc_lesson.harness.watch")  # after the sandbox is entered
+    for name in watch.library_modules():  # what each kernel's install() would import: once, here
         importlib.import_module(name)
     if box is not None:
         box.binds = sandbox.outermost([*box.binds, *sandbox.python_paths()])

@@ -12,9 +12,6 @@ Inside, one concern per module (imports point one way: math <- lab <- tasks <- g
     judges       the shared tensor judge, tolerances, mistakes several lessons share
     concepts     concept questions (run kind "answer"): a letter or a number, judged against what
                  the library computes, each wrong answer a misconception with its id
-    in_kernel    what runs inside each kernel (and behind check()): the run kinds, the watch
-                 that records calls of the library a task does not allow, the harvest
-    watch        the profile, torch function mode and audit hook behind it (kernel side too)
     given        functions a task hands to the learner's code as inputs (lesson 01)
     permutation, sinusoidal, rotation, learned, relative, rope, alibi, extrapolation,
     copy_accuracy, context_extension, partial_rotary
@@ -22,13 +19,15 @@ Inside, one concern per module (imports point one way: math <- lab <- tasks <- g
                  hints) and its concept questions; lesson 08 keeps its measurement task in
                  copy_accuracy and lesson 09 its partial rotary in partial_rotary
 
-``posenc-grade``, which grades a whole class with these tasks, is the next room:
-``posenc_lesson.grader``. The old name ``posenc_lesson.grading`` forwards here.
+What runs inside each kernel and behind check() (the run kinds, the watch that records calls
+of the library a task does not allow, the harvest, the stubs) is a room of its own that this
+one imports: ``posenc_lesson.harness``. ``posenc-grade``, which grades a whole class with these
+tasks, is the next room: ``posenc_lesson.grader``. The old name ``posenc_lesson.grading`` forwards here.
 
 The names below load lazily: the first one used imports ``registry`` and registers every
-topic's tasks, so ``TASKS`` is complete. Importing the package alone (as a grading kernel does,
-for ``in_kernel``) loads no task, no reference and no judge; in a grading kernel ``check`` and
-``assert_passes`` are stand-ins and the rest is not there (``in_kernel.install``).
+topic's tasks, so ``TASKS`` is complete. Importing the package alone (as a grading kernel does)
+loads no task, no reference and no judge; in a grading kernel ``check`` and
+``assert_passes`` are stand-ins and the rest is not there (``harness.in_kernel.install``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .in_kernel import learner_text
+from ..harness.in_kernel import learner_text
 from .judges import feedback, type_text
 from .registry import Judged, Task, diagnoses, is_marker, mistake_id
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from .. import attention as _attention
 from .. import rope as _rope
 from .. import sinusoidal as _sinusoidal
-from .in_kernel import learner_text
+from ..harness.in_kernel import learner_text
 from .registry import Judged, diagnoses, is_marker, mistake_id
 
 __all__ = ["Judged", "diagnoses"]  # re-exported for the topic files; the rest is imported by name

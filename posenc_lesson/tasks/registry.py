@@ -54,8 +54,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from . import in_kernel
-from .in_kernel import error_marker  # noqa: F401  (topic files take it from here)
+from ..harness import in_kernel
+from ..harness.in_kernel import error_marker  # noqa: F401  (topic files take it from here)
+from . import given as _given
 
 # The topic files, in course order; each registers its lesson's tasks when imported.
 TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "relative_questions", "rope",
@@ -195,7 +196,7 @@ def job(task_id: str, cases: list[tuple]) -> dict:
     """What a grading kernel needs to run the task on ``cases``: data only (in_kernel.harvest)."""
     task = _task(task_id)
     return {"entry": task.entry, "run": task.run, "watch": watch_spec(task_id, cases),
-            "cases": in_kernel.encode(cases)}
+            "cases": in_kernel.encode(cases, _given.CATALOGUE)}
 
 
 def _code_entry(name: str) -> tuple[str, str]:
@@ -241,7 +242,7 @@ def watch_spec(task_id: str, cases: list[tuple] | None = None) -> dict:
         else:
             forbidden.append(_code_entry(name))
     allowed = [_code_entry(name) for name in task.allowed]
-    given = {v["given"] for case in in_kernel.encode(list(cases or task.cases()))
+    given = {v["given"] for case in in_kernel.encode(list(cases or task.cases()), _given.CATALOGUE)
              for v in case if isinstance(v, dict) and "given" in v}
     allowed += [("tasks/given", name) for name in sorted(given)]
     return {"allowed": [list(e) for e in allowed], "forbidden": [list(e) for e in forbidden],

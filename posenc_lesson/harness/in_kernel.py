@@ -9,11 +9,11 @@ the two (read with ``torch.load(weights_only=True)``, so it is data only):
     {"entry": "apply_rope_half", "run": "call", "watch": {...}, "cases": [(x, positions), ...]}
 
 with the task's *hidden* cases; ``out`` gets ``{"outputs": [...]}`` (or ``{"missing": entry}``),
-one plain value per case, which the grader scores in its own process. Of the grading package a
-grading kernel imports this module, ``watch``, ``given`` (the functions a task hands to the
-learner's code as inputs) and the package's ``__init__`` (whose names load lazily), nothing
-else: no task, no reference, no judge, nothing that knows a right answer (posenc-grade hides
-those files from sandboxed kernels: ``tasks.grader_only_paths``).
+one plain value per case, which the grader scores in its own process. Of the grading packages a
+grading kernel imports this room (``posenc_lesson.harness``), ``tasks.given`` (the functions a
+task hands to the learner's code as inputs) and ``tasks``' ``__init__`` (whose names load
+lazily), nothing else: no task, no reference, no judge, nothing that knows a right answer
+(posenc-grade hides those files from sandboxed kernels: ``tasks.grader_only_paths``).
 
 Run kinds (``RUNS``): "call" fn(*case); "scalar" the same, a one-element tensor made 0-d;
 "one_thread" fn(*case) on one CPU thread (the lab's tiny models); "module_table" build
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import alone, disarm, given, watch
+from . import alone, disarm, watch
 from .watch import LIBRARY, TORCH_FAMILIES, Watch, torch_family  # noqa: F401  (the grader's names)
 
 _MAX_MESSAGE = 300  # characters of an exception message or a string output kept
@@ -174,20 +174,23 @@ def run_cases(run: str, fn: Any, cases: list, watch: dict) -> list:
 # In a grading kernel
 # --------------------------------------------------------------------------------------
 
-def encode(value: Any) -> Any:
-    """Cases as data for a job file: a function from ``given`` becomes {"given": its name}."""
-    if callable(value) and given.CATALOGUE.get(getattr(value, "__name__", "")) is value:
+def encode(value: Any, catalogue: dict[str, Callable]) -> Any:
+    """Cases as data for a job file: a function of ``catalogue`` (``tasks.given.CATALOGUE``, the
+    functions a task hands to the learner's code) becomes {"given": its name}."""
+    if callable(value) and catalogue.get(getattr(value, "__name__", "")) is value:
         return {"given": value.__name__}
     if isinstance(value, list | tuple):
-        return type(value)(encode(v) for v in value)
+        return type(value)(encode(v, catalogue) for v in value)
     return value
 
 
-def decode(value: Any) -> Any:
+def decode(value: Any, catalogue: dict[str, Callable] | None = None) -> Any:
+    """``encode`` undone, with ``catalogue`` (default: the one ``install`` was given)."""
+    catalogue = _state.get("given", {}) if catalogue is None else catalogue
     if isinstance(value, dict) and set(value) == {"given"}:
-        return _state.get("given", given.CATALOGUE)[value["given"]]
+        return catalogue[value["given"]]
     if isinstance(value, list | tuple):
-        return type(value)(decode(v) for v in value)
+        return type(value)(decode(v, catalogue) for v in value)
     return value
 
 
@@ -200,46 +203,46 @@ def _assert_stand_in(task_id: Any = None, fn: Any = None) -> None:
     return None
 
 
-def install(checks_module: str | None = None, disarmed: list | None = None) -> None:
-    """Before any learner code: take our own references; put stand-ins for ``check`` and
-    ``assert_passes`` in ``posenc_lesson.tasks`` (the tasks and judges are never imported here;
-    the old name ``posenc_lesson.grading`` forwards to it); stub the library functions the
-    exercise forbids (``disarmed``: [[file, qualname], ...], see ``disarm``); take the kernel's
-    own threads and processes as known (``alone``). ``checks_module`` is accepted for older
-    graders and not used."""
+def install(checks_module: str | None = None, disarmed: list | None = None, *, room: Any = None,
+            given: dict[str, Callable] | None = None) -> None:
+    """Before any learner code: take our own references and the library's code (``watch.install``);
+    put stand-ins for ``check`` and ``assert_passes`` in ``room`` (the ``posenc_lesson.tasks``
+    package: its tasks and judges are never imported here; the old name ``posenc_lesson.grading``
+    forwards to it); stub the library functions the exercise forbids now (``disarmed``: [[file,
+    qualname], ...], see ``disarm``; they run the original until a task is activated, so the
+    course's cells can call them, and no learner code ever sees the original function's code);
+    take the kernel's own threads and processes as known (``alone``). ``given``: the functions a
+    task hands to the learner's code (``tasks.given.CATALOGUE``). ``checks_module`` is accepted
+    for older graders and not used."""
     from IPython import get_ipython
 
     watch.install()
-    _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given.CATALOGUE),
+    _state.update(save=torch.save, load=torch.load, shell=get_ipython(), given=dict(given or {}),
                   setprofile=sys.setprofile, settrace=sys.settrace)
-    room = sys.modules[__package__]
-    room.check, room.assert_passes = _check_stand_in, _assert_stand_in
-    room._GRADING = True
-    _state["to_disarm"] = list(disarmed or [])  # stubbed at the first harvest, once the course's cells ran
+    if room is not None:
+        room.check, room.assert_passes = _check_stand_in, _assert_stand_in
+        room._GRADING = True
+    _state["disarmed"] = disarm.disarm(list(disarmed or []))
+    disarm.activate([])  # until the first task: the course's cells run the originals
     _state["refusal"] = alone.refusal  # our references: the learner's code may rebind the modules' names
     _state["activate"] = disarm.activate
     alone.install()
 
 
 def prepare() -> None:
-    """Stub the exercise's forbidden library functions (``disarm``), once, before the first harvest
-    (the course's own cells may call them; they have all run by then). The grader calls it on its
-    own before each harvest, so a replaced ``harvest`` does not skip it."""
-    if "disarmed" not in _state:
-        _state["disarmed"] = disarm.disarm(_state.get("to_disarm", []))
+    """Nothing left to do: ``install`` stubs the forbidden functions before any learner code
+    (kept for graders that call it before each harvest)."""
 
 
 def gate(out: str, forbidden: list | None = None, torch_families: list | tuple = ()) -> None:
-    """Before the grader writes a task's job file: stub the exercise's forbidden functions
-    (``prepare``), let only those this task forbids raise (``forbidden``: its entries,
-    ``disarm.task_entries``; None: all of them; ``torch_families``: torch's shortcuts it forbids,
-    "attention"), and save {"refused": why} to ``out`` while a
+    """Before the grader writes a task's job file: let only the stubs this task forbids raise
+    (``forbidden``: its entries, ``disarm.task_entries``; None: all of them; ``torch_families``:
+    torch's shortcuts it forbids, "attention"), and save {"refused": why} to ``out`` while a
     thread or process the learner started is alive. The job's inputs are not on disk yet, so a
     thread left by the notebook's cells has nothing to answer; the grader writes the job only
     when ``out`` stays absent."""
     _state["setprofile"](None)
     _state["settrace"](None)
-    prepare()
     _state["activate"](forbidden, torch_families)
     why = _state["refusal"]()
     if why is not None:
@@ -252,7 +255,6 @@ def harvest(job: str, out: str) -> None:
     the run (the grader's ``gate`` checked it already) or after it (one the answer started)."""
     _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
     _state["settrace"](None)
-    prepare()
     why = _state["refusal"]()
     if why is not None:
         _state["save"]({"refused": why}, out)

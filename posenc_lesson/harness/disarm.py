@@ -9,33 +9,35 @@ whole module's public functions) by a stub::
     fn.__code__ = stub   # same name, file and free variables; the function object stays
 
 Every reference to the function (an alias, a ``functools.partial``, a default argument, a
-closure, a dict, ``__globals__``, a thread) now reaches the stub: there is no other copy of the
-loaded code to take. The stub runs the original only for the library's own callers (the nearest
-frame that is neither torch's nor Python's own code lies in posenc_lesson, outside the grader's
-runner): ``apply_rope`` inside a lab model still works, a learner's call, direct or through
-torch (``nn.Module.__call__``), ``map`` or a thread pool, raises ``Disarmed``. Under the watch the
+closure, a dict, ``__globals__``, a thread, a code object taken from it) now reaches the stub:
+there is no other copy of the loaded code to take. Until a task is graded the stubs run the
+original (the course's own cells call them). Before each task the grader ``activate``s what
+that task forbids: those stubs then raise ``Disarmed`` for *every* caller, the library's own
+included, so nothing (code compiled under a library file's name, a forged harvest, a lab model)
+reaches the original while the task runs; the others run the original. Under the watch the
 stub's call is recorded as the forbidden function's own (its code has the function's file and
-name), so the feedback names it. A function one task of the exercise forbids and another allows
-(05's ``relative_positions``, 07's ``alibi_slopes``) is stubbed too; before each task the grader
-``activate``s what that task forbids, and the other stubs run the original.
+name, and is counted as the library's: ``watch.trust``), so the feedback names it.
 
 Torch's ready-made attention is C code, whose code cannot be replaced: while a task that forbids
-it is graded, a torch function mode (``_RefuseShortcuts``) makes every variant of it raise for
-the learner's callers instead.
+it is graded, every operator of that family (``torch.ops.aten.scaled_dot_product_attention``, the
+fused and math kernels, ``_native_multi_head_attention``, ...) gets a kernel that raises, in
+torch's dispatcher (``torch.library``), below torch's function and dispatch modes: taking a mode
+off torch's stacks, ``DisableTorchFunction`` or ``inference_mode`` reach the same kernel.
+The Python-level ones (``F.multi_head_attention_forward``) are recorded by the watch by code.
 
 What this does not stop (``flags`` reports it): code compiled afresh from the library's source
 (``inspect.getsource`` + ``exec``, ``importlib.reload``, a re-import after ``sys.modules`` is
-edited, code compiled under a library file's name), and code that takes the refusing mode off
-torch's mode stack.
+edited): it is new code, the learner's, computing what the library would.
 """
 
 from __future__ import annotations
 
 import sys
 import types
+import warnings
 from typing import Any
 
-from torch.overrides import TorchFunctionMode
+import torch
 
 from . import watch
 
@@ -59,19 +61,6 @@ def _stub_code(code: types.CodeType) -> types.CodeType:
     assert stub.co_freevars == free, (stub.co_freevars, free)
     return stub.replace(co_name=code.co_name, co_qualname=code.co_qualname,
                         co_firstlineno=code.co_firstlineno)
-
-
-def _library_caller(frame: Any) -> bool:
-    """Whether the nearest frame that is not torch's or Python's own code is the library's."""
-    while frame is not None:
-        kind, rel = watch._file_kind(frame.f_code.co_filename)
-        if kind == watch._ALLOWED:
-            return not rel.startswith(("grader/", "grading/")) and rel not in ("tasks/in_kernel",
-                                                                               "tasks/watch")
-        if kind != watch._OTHER:
-            return False
-        frame = frame.f_back
-    return False
 
 
 def _functions(module: types.ModuleType) -> list[tuple[str, Any]]:
@@ -128,10 +117,10 @@ def entries(spec_of: Any, task_ids: Any) -> list[list[str]]:
 
 
 def activate(entries: list | None, torch_families: list | tuple = ()) -> list[str]:
-    """Make only the stubs ``entries`` names raise (None: every stub, as after ``disarm``); the
-    others run the original. Torch's ready-made functions of ``torch_families`` (``watch.
-    TORCH_FAMILIES``: "attention") raise as well, however they are reached, while the task is
-    graded (``_RefuseShortcuts``). Returns the names of the raising stubs."""
+    """Make only the stubs ``entries`` names raise, for every caller (None: every stub, as after
+    ``disarm``); the others run the original. Torch's ready-made operators of ``torch_families``
+    (``watch.TORCH_FAMILIES``: "attention") raise as well, in torch's dispatcher, while the task
+    is graded (``_refuse_shortcuts``). Returns the names of the raising stubs."""
     wanted = None if entries is None else [tuple(e) for e in entries]
     _active.clear()
     for key, (rel, qual, name) in _stubbed.items():
@@ -141,50 +130,38 @@ def activate(entries: list | None, torch_families: list | tuple = ()) -> list[st
     return sorted(_active.values())
 
 
-class _RefuseShortcuts(TorchFunctionMode):
-    """A torch function mode left on while a task is graded: the torch shortcuts the task forbids
-    (every variant of scaled dot-product attention: ``torch.nn.functional``, ``torch._C._nn``,
-    ``torch.ops.aten``, the fused kernels; an alias reaches the same object) raise ``Disarmed``
-    unless the library's own code called them. It sits under the watch's own mode, which records
-    the call first."""
-
-    def __init__(self, shortcuts: dict[int, str]):
-        super().__init__()
-        self.shortcuts = shortcuts
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        name = self.shortcuts.get(id(func))
-        if name is not None and not _library_caller(_past_the_watch(sys._getframe(1))):
-            raise Disarmed(f"{name} is not available while posenc-grade grades this task: the task asks "
-                           "you to write it yourself")
-        return func(*args, **(kwargs or {}))
+_refusing: list[Any] = []  # the torch.library registrations in force now, if any
 
 
-_refusing: list[_RefuseShortcuts] = []  # the mode on now, if any
-
-
-def _past_the_watch(frame: Any) -> Any:
-    """The frame above the watch's own torch function mode (which passes each call on to this
-    one): who called the shortcut is the code above it."""
-    mode_code = watch._ShortcutMode.__torch_function__.__code__
-    while frame is not None:
-        if frame.f_code is mode_code:
-            return frame.f_back
-        if watch._file_kind(frame.f_code.co_filename)[0] != watch._OTHER:
-            return frame
-        frame = frame.f_back
-    return frame
+def _refusal(name: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise Disarmed(f"{name} is not available while posenc-grade grades this task: the task asks you "
+                       "to write it yourself")
+    return refuse
 
 
 def _refuse_shortcuts(families: set[str]) -> None:
-    """Take the previous task's mode off; put one on for ``families`` (none: no mode, no cost)."""
+    """Take the previous task's refusals off; register, for each operator of ``families`` (none:
+    nothing registered, no cost), a kernel that raises at every dispatch key it has a kernel for."""
     while _refusing:
-        _refusing.pop().__exit__(None, None, None)
-    if families:
-        table, _ = watch._tables()
-        mode = _RefuseShortcuts({k: v[1] for k, v in table.items() if v[0] in families})
-        mode.__enter__()
-        _refusing.append(mode)
+        _refusing.pop()._destroy()
+    if not families:
+        return
+    c = torch._C
+    lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901 (overrides aten's kernels on purpose)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
+        for op in c._dispatch_get_all_op_names():
+            if not op.startswith("aten::") or watch.torch_family(op.removeprefix("aten::").split(".")[0]) \
+                    not in families:
+                continue
+            for key in _KEYS:
+                if c._dispatch_has_kernel_for_dispatch_key(op, key):
+                    lib.impl(op.removeprefix("aten::"), _refusal(f"torch.ops.{op.replace('::', '.')}"), key)
+    _refusing.append(lib)
+
+
+_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
 
 
 _stubbed: dict[int, tuple[str, str, str]] = {}  # id(original code) -> (file, qualname, full name)
@@ -203,7 +180,7 @@ def disarm(entries: list) -> list[str]:
             continue
         path = getattr(module, "__file__", None) or ""
         kind, rel = watch._file_kind(path)
-        if kind != watch._ALLOWED or rel.startswith(watch._GRADING_ROOMS):
+        if kind not in (watch._ALLOWED, watch._RUNNER) or rel.startswith(watch._GRADING_ROOMS):
             continue
         rel = rel.removesuffix("/__init__")
         for qual, fn in _functions(module):
@@ -215,6 +192,7 @@ def disarm(entries: list) -> list[str]:
                 continue
             originals[id(code)] = (code, fn)
             fn.__code__ = _stub_code(code)
+            watch.trust(fn.__code__, rel)
             fn.__globals__[_DISPATCH] = dispatch
             done.append(f"{module.__name__}.{qual}")
             _stubbed[id(code)] = (rel, qual, done[-1])
@@ -225,12 +203,11 @@ def disarm(entries: list) -> list[str]:
 
 
 def _dispatcher(originals: dict[int, tuple[types.CodeType, Any]]) -> Any:
-    getframe = sys._getframe
     made: dict[int, Any] = {}
 
     def dispatch(key: int, args: tuple, kwargs: dict) -> Any:
         code, fn = originals[key]
-        if key in _active and not _library_caller(getframe(2)):
+        if key in _active:
             raise Disarmed(f"{fn.__module__}.{code.co_qualname} is not available while posenc-grade "
                            "grades this exercise: the task asks you to write it yourself")
         real = made.get(key)
