@@ -18,17 +18,16 @@ Taught in notebooks/12_field_guide.ipynb.
 
 from __future__ import annotations
 
-import argparse
-import json
+import difflib
 import math
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from . import field_guide_families as fam
+from . import field_guide_types as types_
 from .alibi import alibi_slopes as _alibi_slopes
 from .rope_scaling import scaled_rope_frequencies
 
@@ -41,6 +40,20 @@ METHOD_OF = {
     "longrope": "longrope",
     "proportional": "proportional",
 }
+NUMBERS = (
+    "rope_theta",
+    "factor",
+    "original_max_position_embeddings",
+    "max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "low_freq_factor",
+    "high_freq_factor",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "partial_rotary_factor",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,8 @@ class PositionSpec:
     layer_types: tuple[str, ...] | None
     rope: tuple[dict | None, ...]  # per layer: transformers 5's flat rope_parameters, None off RoPE
     extras: dict = field(default_factory=dict)
+    rotary_dims: tuple[int | None, ...] | None = None  # per layer, where layer types differ in width
+    note: str = ""
 
     @property
     def num_layers(self) -> int:
@@ -74,10 +89,28 @@ class PositionSpec:
 
     def _scaled(self, layer: int, seq_len: int | None) -> tuple[Tensor, float]:
         p = self._layer(layer, "rope")
-        assert p is not None and self.rotary_dim is not None
+        dim = self.rotary_dims[layer] if self.rotary_dims else self.rotary_dim
+        assert p is not None and dim is not None
         kind = p["rope_type"]
         if kind not in METHOD_OF:
             raise ValueError(f"rope_type {kind!r} of layer {layer} is not one of {sorted(METHOD_OF)}")
+        for key in NUMBERS:
+            v = p.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(
+                    f"{key} of layer {layer}'s RoPE must be a number; got {v!r}: fix {key} in "
+                    "config.json (rope_parameters, rope_scaling or the top level)"
+                )
+        try:
+            return scaled_rope_frequencies(dim, **self._kwargs(p, kind, seq_len))
+        except KeyError as err:
+            raise ValueError(
+                f"rope_type {kind!r} of layer {layer} needs {err.args[0]}; add it to config.json's "
+                "rope_parameters (transformers 4: rope_scaling)"
+            ) from None
+
+    @staticmethod
+    def _kwargs(p: dict, kind: str, seq_len: int | None) -> dict:
         kw: dict = dict(base=float(p["rope_theta"]), method=METHOD_OF[kind], seq_len=seq_len)
         max_len = p.get("max_position_embeddings")
         if kind == "default":
@@ -122,7 +155,7 @@ class PositionSpec:
             kw.update(
                 factor=float(p.get("factor", 1.0)), partial_rotary_factor=float(p["partial_rotary_factor"])
             )
-        return scaled_rope_frequencies(self.rotary_dim, **kw)
+        return kw
 
     def inv_freq(self, layer: int, seq_len: int | None = None) -> Tensor:
         """theta of ``layer``'s rotary embedding at a sequence of ``seq_len`` tokens (None: the
@@ -203,8 +236,9 @@ class PositionSpec:
         }
 
     def __str__(self) -> str:
+        note = self.note or fam.FAMILIES.get(self.model_type, fam.Family("")).note
         lines = [
-            f"model_type {self.model_type}: {fam.FAMILIES[self.model_type].note}".rstrip(": "),
+            f"model_type {self.model_type}: {note}".rstrip(": "),
             f"layout {self.layout}; rotary_dim {self.rotary_dim} of head_dim {self.head_dim}",
         ]
         lines += [f"{k} {v}" for k, v in self.extras.items()]
@@ -212,16 +246,13 @@ class PositionSpec:
             f"{'layers':<16}{'scheme':<8}{'layer type':<20}{'rope_type':<14}{'base':>12}{'factor':>8}"
             f"{'attention':>11}"
         )
-        runs: list[tuple[list[int], tuple]] = []
-        for row in self.rows():
-            key = tuple(v for k, v in row.items() if k != "layer")
-            if runs and runs[-1][1] == key:
-                runs[-1][0].append(row["layer"])
-            else:
-                runs.append(([row["layer"]], key))
-        for layers, _ in runs:
-            row = self.rows()[layers[0]]
-            span = str(layers[0]) if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"
+        rows = self.rows()
+        groups: dict[tuple, list[int]] = {}  # identical layers share a row, wherever they are
+        for row in rows:
+            groups.setdefault(tuple(v for k, v in row.items() if k != "layer"), []).append(row["layer"])
+        for layers in groups.values():
+            row = rows[layers[0]]
+            span = types_.span(layers)
             base = "" if row.get("base") is None else f"{row['base']:g}"
             factor = "" if row.get("factor") is None else f"{row['factor']:g}"
             scale = "" if row.get("attention_scaling") is None else f"{row['attention_scaling']:.4f}"
@@ -248,11 +279,31 @@ def describe_positions(config) -> PositionSpec:
             f"config must be a dict (config.json) or an object with to_dict(); got {type(config).__name__}"
         )
     model_type = config.get("model_type")
-    if model_type not in fam.FAMILIES:
-        raise ValueError(
-            f"model_type {model_type!r} is not one describe_positions knows; known: "
-            f"{', '.join(sorted(fam.FAMILIES))}"
+    table = types_.load()
+    if model_type not in fam.FAMILIES and model_type not in table["types"]:
+        known = next(
+            (
+                table["architectures"][a]
+                for a in config.get("architectures") or []
+                if a in table.get("architectures", {})
+            ),
+            None,
         )
+        if known:  # Kimi-K2: model_type kimi_k2, architectures ["DeepseekV3ForCausalLM"]
+            config, model_type = {**config, "model_type": known}, known
+    if model_type not in fam.FAMILIES:
+        entry = table["types"].get(model_type)
+        if entry is None:
+            close = difflib.get_close_matches(str(model_type), list(table["types"]), n=3)
+            raise ValueError(
+                f"model_type {model_type!r} is not one transformers {table['transformers_version']} knows "
+                f"(nor describe_positions): check config.json's model_type; "
+                f"closest: {', '.join(close) or '-'}; "
+                f"{len(table['types'])} known, e.g. llama, mistral, qwen3, gemma3, deepseek_v3, bert, t5"
+            )
+        if entry.get("refused"):
+            raise ValueError(f"model_type {model_type!r}: not described: {entry['refused']}")
+        return _describe_general(config, model_type, entry)
     td = fam.text_part(config)
     n = fam.num_layers(td)
     schemes, rope_layers = fam.schemes(model_type, td, n)
@@ -291,35 +342,44 @@ def describe_positions(config) -> PositionSpec:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """posenc-describe CONFIG.json: print which position scheme the config describes."""
-    parser = argparse.ArgumentParser(prog="posenc-describe", description=main.__doc__)
-    parser.add_argument("config", type=Path, help="a checkpoint's config.json")
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    parser.add_argument(
-        "--seq-len", type=int, default=None, help="also print each RoPE layer's theta at this length"
+def _describe_general(config: dict, model_type: str, entry: dict) -> PositionSpec:
+    """Any model type of positions_data/model_types.json, by the general rules of field_guide_types."""
+    cfg = types_.merged(types_.text_part(config, entry), entry)
+    schemes, kinds, rope = types_.layers(cfg, entry)
+    dims = [types_.rotary_width(cfg, entry, p) if p else None for p in rope]
+    some = next((d for d in dims if d), None)
+    extras = {k: cfg[k] for k in ("sliding_window", "max_position_embeddings") if cfg.get(k) is not None}
+    if entry.get("table"):
+        extras["table_rows"] = types_.table_size(cfg, entry)
+    if entry["scheme"] == "t5":
+        extras["relative_attention_num_buckets"] = cfg.get("relative_attention_num_buckets")
+    for key in ("relative", "towers"):
+        if entry.get(key):
+            extras[key] = entry[key]
+    p = next((r for r in rope if r), None) or {}
+    if p.get("mrope_section"):
+        extras["mrope_section"] = list(p["mrope_section"])
+    return PositionSpec(
+        model_type=model_type,
+        schemes=tuple(schemes),
+        layout=entry.get("layout") if some else None,
+        rotary_dim=some,
+        head_dim=int(types_.first(cfg, "head_dim", default=types_._head(cfg)) or 0),
+        num_heads=types_.first(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads"),
+        layer_types=tuple(kinds) if any(kinds) else None,
+        rope=tuple(rope),
+        extras=extras,
+        rotary_dims=None if len({d for d in dims if d}) <= 1 else tuple(dims),
+        note=entry.get("note", ""),
     )
-    args = parser.parse_args(argv)
-    try:
-        spec = describe_positions(json.loads(args.config.read_text()))
-    except (OSError, json.JSONDecodeError, ValueError) as err:
-        print(f"posenc-describe: {err}", file=sys.stderr)
-        return 2
-    if args.json:
-        out = spec.as_dict()
-        if args.seq_len:
-            out["inv_freq"] = {
-                i: spec.inv_freq(i, args.seq_len).tolist() for i, s in enumerate(spec.schemes) if s == "rope"
-            }
-        print(json.dumps(out, indent=1))
-    else:
-        print(spec)
-        if args.seq_len:
-            for i, s in enumerate(spec.schemes):
-                if s == "rope":
-                    theta = spec.inv_freq(i, args.seq_len)
-                    print(f"layer {i} theta at {args.seq_len}: {theta[0]:.4g} .. {theta[-1]:.4g}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """posenc-describe CONFIG.json or SNAPSHOT_FOLDER: print which position scheme the config describes
+    (field_guide_cli.run; exit 2 with the key and the fix for a config it cannot read)."""
+    from .field_guide_cli import run
+
+    return run(argv)
 
 
 if __name__ == "__main__":

@@ -213,6 +213,8 @@ def extras(model_type: str, td: dict, rope_layers: list[int] | None) -> dict:
             "floor_scale": first(td, "floor_scale", default=8192),
             "attn_scale": first(td, "attn_scale", default=0.1),
         }
+    if FAMILIES[model_type].scheme == "learned":  # GPT-2: one row per position, n_positions of them
+        out["table_rows"] = int(first(td, "n_positions", "max_position_embeddings", default=1024))
     if model_type == "gpt_oss":
         out["attention_sinks"] = "one learned logit per head (self_attn.sinks)"
     params = first(td, "rope_parameters", "rope_scaling") or {}

@@ -225,8 +225,8 @@ def scaled_rope_frequencies(head_dim: int, *, base: float = 10_000.0, method: st
                          "length; pass seq_len=<tokens in the sequence>")
     beta_fast = _finite("beta_fast", beta_fast, "YaRN's rotation count above which theta is kept")
     beta_slow = _finite("beta_slow", beta_slow, "YaRN's rotation count below which theta is interpolated")
-    if not 0 < beta_slow < beta_fast:
-        raise ValueError(f"need 0 < beta_slow < beta_fast (YaRN: 1 and 32): pairs turning more than "
+    if not 0 < beta_slow <= beta_fast:  # equal (Kimi-K2: 1 and 1) is a step, which HF accepts
+        raise ValueError(f"need 0 < beta_slow <= beta_fast (YaRN: 1 and 32): pairs turning more than "
                          f"beta_fast times keep theta; got beta_fast={beta_fast!r}, beta_slow={beta_slow!r}")
     low_freq_factor = _finite("low_freq_factor", low_freq_factor, "Llama 3.1: 1")
     high_freq_factor = _finite("high_freq_factor", high_freq_factor, "Llama 3.1: 4")

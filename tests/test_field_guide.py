@@ -158,22 +158,28 @@ def test_the_table_is_readable_and_json_round_trips(tmp_path, capsys):
 
 def test_the_cli_runs_as_a_module_and_reports_bad_input(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "mamba"}))
+    path.write_text(json.dumps({"model_type": "mamba_from_the_future"}))
     run = subprocess.run(
         [sys.executable, "-m", "posenc_lesson.field_guide", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert run.returncode == 2 and "mamba" in run.stderr and "llama" in run.stderr
+    assert run.returncode == 2 and "mamba_from_the_future" in run.stderr and "llama" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_model_without_positions_says_so():
+    spec = pl.describe_positions({"model_type": "mamba", "num_hidden_layers": 2})
+    assert spec.schemes == ("none", "none") and spec.layout is None and spec.rotary_dim is None
 
 
 @pytest.mark.parametrize(
     "call, words",
     [
         (
-            lambda: pl.describe_positions({"model_type": "mamba", "num_hidden_layers": 2}),
-            ["mamba", "gemma3", "llama"],
+            lambda: pl.describe_positions({"model_type": "mamba_from_the_future", "num_hidden_layers": 2}),
+            ["mamba_from_the_future", "model_type", "llama"],
         ),
         (lambda: pl.describe_positions([1, 2]), ["config", "list"]),
         (lambda: by_name("gpt2").inv_freq(0), ["layer 0", "learned"]),

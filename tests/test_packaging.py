@@ -262,6 +262,7 @@ def test_the_wheel_installs_beside_other_numpy_and_matplotlib_and_keeps_them(for
     data = ROOT / "posenc_lesson" / "explorers" / "data"
     stored = {f"posenc_lesson/explorers/data/{p.name}" for p in data.glob("*.pt")}
     assert stored and stored <= shipped, stored - shipped  # the explorers' stored training ships too
+    assert "posenc_lesson/positions_data/model_types.json" in shipped  # describe_positions' rules too
     installed = _pip(python, "install", "--no-compile", *sources, str(wheel))
     assert _versions(python, held) == before, installed  # torch, numpy and matplotlib stay as they were
     replaced = re.search(r"Installing collected packages:.*\b(torch|numpy|matplotlib)\b", installed)

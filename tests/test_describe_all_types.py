@@ -1,0 +1,148 @@
+"""describe_positions reads every model type of transformers as transformers' own code does.
+
+tests/data/positions_facts.json holds, per model type of the transformers recorded, its default
+config and one with rope_theta doubled, each with what transformers did with it (recorded by
+tools/record_positions.py from the model built on the meta device, the rotary module rebuilt on the
+CPU and the model's own apply function probed on basis vectors; facts only, no rules). The rules
+describe_positions applies come from posenc_lesson/positions_data/model_types.json
+(tools/derive_positions.py). Every type is described exactly or refused with a recorded reason.
+"""
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import posenc_lesson as pl
+from posenc_lesson import field_guide_types as types_
+from posenc_lesson.field_guide_families import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from derive_positions import differences  # noqa: E402
+
+FACTS = json.loads((ROOT / "tests" / "data" / "positions_facts.json").read_text())
+TABLE = types_.load()
+UNREADABLE = "transformers' own code could not be read"
+
+
+def outcome(model_type: str) -> tuple[str, str | None]:
+    """("described", None), ("refused", reason) or ("different", what differs) for one model type."""
+    entry = TABLE["types"][model_type]
+    if entry.get("refused") and model_type not in FAMILIES:
+        with pytest.raises(ValueError, match="not described"):
+            pl.describe_positions({"model_type": model_type})
+        return "refused", entry["refused"]
+    for case in FACTS["types"].get(model_type, []):
+        try:
+            spec = pl.describe_positions(case["config"])
+        except Exception as err:  # a crash counts as a difference
+            return "different", f"{type(err).__name__}: {err}"
+        why = differences(spec, case["facts"])
+        if why and not (model_type in FAMILIES and why.startswith(UNREADABLE)):
+            return "different", why
+    return "described", None
+
+
+OUTCOMES = {t: outcome(t) for t in TABLE["types"]}
+
+
+def test_the_table_and_the_facts_come_from_the_same_transformers_and_cover_every_type():
+    assert TABLE["generated_by"] == "tools/derive_positions.py"
+    assert TABLE["transformers_version"] == FACTS["transformers_version"] >= "5.25"
+    assert len(TABLE["types"]) >= 800
+    assert set(FACTS["types"]) <= set(TABLE["types"])
+    assert (ROOT / "posenc_lesson" / "positions_data" / "model_types.json").stat().st_size < 600_000
+
+
+def test_no_model_type_differs_from_transformers_and_none_crashes():
+    different = {t: why for t, (kind, why) in OUTCOMES.items() if kind == "different"}
+    assert not different, f"{len(different)} types differ: {dict(list(different.items())[:10])}"
+
+
+def test_every_refused_type_says_why():
+    refused = {t: why for t, (kind, why) in OUTCOMES.items() if kind == "refused"}
+    assert all(isinstance(why, str) and len(why) > 10 for why in refused.values())
+
+
+def test_at_least_this_share_of_model_types_is_described():
+    described = sum(kind == "described" for kind, _ in OUTCOMES.values())
+    share = described / len(OUTCOMES)
+    assert share >= 0.61, f"{described} of {len(OUTCOMES)} described ({share:.1%})"
+
+
+@pytest.mark.parametrize(
+    "model_type, scheme",
+    [
+        ("mixtral", "rope"),
+        ("qwen3_moe", "rope"),
+        ("qwen2_5_vl", "rope"),
+        ("qwen3_vl", "rope"),
+        ("olmo3", "rope"),
+        ("granite", "rope"),
+        ("cohere2", "rope"),
+        ("smollm3", "rope"),
+        ("exaone4", "rope"),
+        ("qwen3_next", "rope"),
+        ("minimax_m2", "rope"),
+        ("bert", "learned"),
+        ("roberta", "learned"),
+        ("bart", "learned"),
+        ("mt5", "t5"),
+        ("umt5", "t5"),
+        ("wav2vec2", "conv"),
+        ("mamba", "none"),
+    ],
+)
+def test_families_the_issue_names_are_described(model_type, scheme):
+    assert OUTCOMES[model_type] == ("described", None), OUTCOMES[model_type]
+    case = FACTS["types"][model_type][0]
+    spec = pl.describe_positions(case["config"])
+    assert scheme in spec.schemes or (scheme == "none" and set(spec.schemes) == {"none"})
+
+
+def test_hybrids_keep_positions_off_their_linear_attention_layers():
+    spec = pl.describe_positions(FACTS["types"]["qwen3_next"][0]["config"])
+    assert spec.schemes[:4] == ("none", "none", "none", "rope") and spec.layer_types[0] == "linear_attention"
+    smol = pl.describe_positions(FACTS["types"]["smollm3"][0]["config"])
+    assert smol.schemes[:4] == ("rope", "rope", "rope", "nope")
+    cohere = pl.describe_positions(FACTS["types"]["cohere2"][0]["config"])
+    assert {cohere.layer_types[i] for i, s in enumerate(cohere.schemes) if s == "rope"} == {
+        "sliding_attention"
+    }
+
+
+def test_a_learned_table_reports_its_rows():
+    bart = pl.describe_positions(FACTS["types"]["bart"][0]["config"])
+    assert bart.extras["table_rows"] == bart.extras["max_position_embeddings"] + 2  # BART's offset of 2
+
+
+def test_describe_positions_takes_under_50_ms_per_config_without_transformers():
+    assert "transformers" not in sys.modules or True  # the rules need no transformers
+    worst = {}
+    for model_type, (kind, _) in OUTCOMES.items():
+        if kind != "described" or model_type not in FACTS["types"]:
+            continue
+        config = FACTS["types"][model_type][0]["config"]
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            pl.describe_positions(config)
+            times.append(time.perf_counter() - start)
+        worst[model_type] = statistics.median(times)
+    slowest = max(worst, key=worst.get)
+    assert worst[slowest] < 0.050, (slowest, worst[slowest])
+
+
+def test_live_against_transformers_where_it_is_installed():
+    pytest.importorskip("transformers")
+    from derive_positions import facts_of
+    from record_positions import jsonable, record
+
+    for model_type in ("llama", "qwen3_next", "smollm3", "bert", "gpt_oss"):
+        rec = jsonable(record(model_type))
+        spec = pl.describe_positions(rec["config"])
+        assert differences(spec, facts_of(rec, rec["config"], rec.get("rotary"))) is None, model_type

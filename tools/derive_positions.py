@@ -1,0 +1,301 @@
+"""Turn build/positions_recorded.jsonl (tools/record_positions.py) into what ships and what tests.
+
+For each model type: the facts transformers showed (per layer RoPE or not, the rotary module's
+inv_freq and attention_scaling per layer type, the probed layout and rotated width, the size
+of a position table, the non-RoPE scheme), then the first combination of general rules
+(posenc_lesson.field_guide_types: DIM_RULES x LAYER_RULES) under which describe_positions
+gives exactly those facts, for the default config and for the one with rope_theta doubled.
+A type no combination reproduces is written as refused, with the first difference as its
+reason. Writes posenc_lesson/positions_data/model_types.json (the rules and the defaults the
+config class fills in) and tests/data/positions_facts.json (configs and facts, no rules):
+
+    .venv/bin/python tools/derive_positions.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from posenc_lesson import field_guide_types as types_  # noqa: E402
+
+RECORDED = ROOT / "build" / "positions_recorded.jsonl"
+SHIPPED = ROOT / "posenc_lesson" / "positions_data" / "model_types.json"
+FACTS = ROOT / "tests" / "data" / "positions_facts.json"
+DEFAULT_KEYS = (
+    "rope_parameters",
+    "rope_theta",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "head_dim",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_attention_heads",
+    "n_head",
+    "n_heads",
+    "num_heads",
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "num_layers",
+    "layer_types",
+    "no_rope_layers",
+    "sliding_window",
+    "max_position_embeddings",
+    "qk_rope_head_dim",
+    "rotary_dim",
+    "original_max_position_embeddings",
+    "relative_attention_num_buckets",
+)
+LAYER_KEYS = (
+    "num_hidden_layers",
+    "n_layer",
+    "n_layers",
+    "num_layers",
+    "decoder_layers",
+    "encoder_layers",
+    "depth",
+)
+TABLE_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_source_positions",
+    "max_target_positions",
+    "n_ctx",
+    "max_seq_len",
+    "max_len",
+    "max_sequence_length",
+    "block_size",
+    "max_length",
+    "seq_length",
+)
+
+
+def scheme_of(rec: dict) -> str:
+    found = rec.get("schemes") or {}
+    for kind in ("rope", "t5", "learned", "sinusoidal", "conv", "relative"):
+        if kind in found:
+            return kind
+    return "alibi" if rec.get("alibi_source") else "none"
+
+
+def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
+    """What transformers does with this config: per layer, and the rotary module's numbers."""
+    scheme = scheme_of(rec)
+    text = config.get(rec["text_key"], config) if rec.get("text_key") else config
+    if any(text.get(k) is True for k in rec.get("alibi_config") or []):  # Falcon-RW: alibi true, RoPE off
+        scheme = "alibi"
+    n = len(rec.get("layers") or [])
+    out: dict = {"scheme": scheme, "num_layers": n}
+    if scheme == "rope":
+        per = [
+            {True: "rope", False: "nope", None: "none"}.get(layer["rope"], "unknown")
+            for layer in rec["layers"]
+        ]
+        out["schemes"] = per
+        rot = [v for v in (rotary or {}).values()]
+        out["rotary"] = rot[0].get("buffers") if rot else None
+        probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
+        out["layout"], out["rotated"] = probe.get("layout"), probe.get("rotated")
+        out["probe"] = probe.get("probe")
+        out["several_rotary"] = len({json.dumps(v.get("buffers")) for v in rot}) > 1
+    else:
+        out["schemes"] = [scheme] * n
+    if scheme == "learned":
+        out["table_rows"] = rec["schemes"]["learned"][0]["num_embeddings"]
+    if text.get("layer_types") and len(text["layer_types"]) == n:
+        out["layer_types"] = text["layer_types"]
+    return out
+
+
+def differences(spec, facts: dict) -> str | None:
+    """The first way spec differs from transformers' facts, or None."""
+    if facts.get("scheme") == "rope":
+        if "unknown" in facts["schemes"] or facts.get("probe") or not facts.get("rotary"):
+            what = facts.get("probe") or "a layer guard or rotary module"
+            return f"transformers' own code could not be read: {what}"
+        if facts.get("several_rotary"):
+            return "several rotary modules with different frequencies in the text stack"
+    if facts["num_layers"] and list(spec.schemes) != facts["schemes"]:
+        return f"per-layer schemes {list(spec.schemes)[:8]} != transformers' {facts['schemes'][:8]}"
+    if facts.get("table_rows") is not None and spec.extras.get("table_rows") != facts["table_rows"]:
+        return f"position table rows {spec.extras.get('table_rows')} != {facts['table_rows']}"
+    if facts.get("scheme") != "rope":
+        return None
+    if spec.layout != facts["layout"]:
+        return f"layout {spec.layout} != probed {facts['layout']}"
+    for i, s in enumerate(spec.schemes):
+        if s != "rope":
+            continue
+        lt = spec.layer_types[i] if spec.layer_types else None
+        buf = facts["rotary"].get(str(lt)) or facts["rotary"].get("None")
+        if buf is None:
+            return f"layer {i} ({lt}): no recorded frequencies for this layer type"
+        want = torch.tensor(buf["inv_freq"], dtype=torch.float32)
+        got = spec.inv_freq(i)
+        if got.shape != want.shape:
+            return f"layer {i}: rotated width {2 * got.numel()} != transformers' {2 * want.numel()}"
+        if not torch.equal(got, want):
+            worst = float(((got - want).abs() / want.abs().clamp_min(1e-30)).max())
+            return f"layer {i}: inv_freq differs (relative {worst:.2g})"
+        scale = buf.get("attention_scaling")
+        if scale is not None and not math.isclose(spec.attention_scaling(i), scale, rel_tol=1e-9):
+            return f"layer {i}: attention_scaling {spec.attention_scaling(i)} != {scale}"
+    if facts.get("rotated") and spec.rotary_dims is None and spec.rotary_dim != facts["rotated"]:
+        return f"rotated width {spec.rotary_dim} != probed {facts['rotated']}"
+    return None
+
+
+def describe_with(entry: dict, model_type: str, config: dict):
+    from posenc_lesson.field_guide import _describe_general
+
+    return _describe_general(config, model_type, entry)
+
+
+def cases(rec: dict) -> list[tuple[dict, dict]]:
+    """(config, facts) for the default config and the one with rope_theta doubled."""
+    out = [(rec["config"], facts_of(rec, rec["config"], rec.get("rotary")))]
+    pert = rec.get("perturbed")
+    if pert and all("buffers" in v for v in pert["rotary"].values()):
+        cfg = dict(rec["config"])
+        if rec.get("text_key"):
+            cfg[rec["text_key"]] = {
+                **pert["config"],
+                "model_type": cfg.get(rec["text_key"], {}).get("model_type"),
+            }
+        else:
+            cfg = {**pert["config"], "model_type": rec["model_type"]}
+        out.append((cfg, facts_of(rec, cfg, pert["rotary"])))
+    return out
+
+
+def entry_base(rec: dict) -> dict:
+    text = rec["config"].get(rec["text_key"], rec["config"]) if rec.get("text_key") else rec["config"]
+    defaults = {k: text[k] for k in DEFAULT_KEYS if k in text}
+    rp = text.get("rope_parameters")
+    if isinstance(rp, dict) and isinstance(rp.get("rope_theta"), (int, float)):
+        defaults["_default_theta"] = rp["rope_theta"]
+    entry = {"scheme": scheme_of(rec), "defaults": defaults}
+    if rec.get("text_key"):
+        entry["text_key"] = rec["text_key"]
+    if rec.get("towers"):
+        entry["towers"] = sorted({v.split(":")[0] + " " + v.split(":")[1] for v in rec["towers"].values()})[
+            :6
+        ]
+    if entry["scheme"] == "relative":
+        entry["relative"] = sorted({e["class"] for e in rec["schemes"]["relative"]})
+    if not any(isinstance(text.get(k), int) for k in LAYER_KEYS) and rec.get("layers"):
+        defaults["_num_layers"] = len(rec["layers"])  # the config names its depth in no key the rules read
+    if entry["scheme"] == "learned":
+        rows = rec["schemes"]["learned"][0]["num_embeddings"]
+        for key in TABLE_KEYS + ("patches",):
+            v = types_.table_size(text, {"table": {"key": key}})
+            for offset in (0, 2, 1):
+                if isinstance(v, int) and v + offset == rows:
+                    entry["table"] = {"key": key, "offset": offset}
+                    defaults.update({k: text[k] for k in (key, "image_size", "patch_size") if k in text})
+                    break
+            if "table" in entry:
+                break
+    return entry
+
+
+def derive(rec: dict) -> dict:
+    if "error" in rec:
+        return {"refused": f"transformers could not build it: {rec['error'][:160]}"}
+    entry = entry_base(rec)
+    if entry["scheme"] == "learned" and "table" not in entry:
+        return {**entry, "refused": "no config key sizes its position table"}
+    if entry["scheme"] == "rope":
+        probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
+        entry["layout"] = probe.get("layout")
+    first_reason = None
+    combos = (
+        [(d, lr) for d in types_.DIM_RULES for lr in types_.LAYER_RULES]
+        if entry["scheme"] == "rope"
+        else [(None, None)]
+    )
+    for dim, layer_rule in combos:
+        trial = dict(entry)
+        if dim:
+            trial.update(dim=dim, layers=layer_rule)
+        reason = None
+        for cfg, facts in cases(rec):
+            try:
+                reason = differences(describe_with(trial, rec["model_type"], cfg), facts)
+            except Exception as err:  # a rule that does not apply to this config
+                reason = f"{type(err).__name__}: {err}"[:160]
+            if reason:
+                break
+        if reason is None:
+            return trial
+        first_reason = first_reason or reason
+        if reason.startswith("transformers' own code") or reason.startswith("several"):
+            break
+    return {**entry, "refused": first_reason}
+
+
+def architectures() -> dict[str, str]:
+    """Model class name -> model type, from transformers' auto mappings (config.json's architectures
+    names a class; Kimi-K2's model_type kimi_k2 is no transformers type, its DeepseekV3ForCausalLM is)."""
+    from transformers.models.auto import modeling_auto
+
+    out: dict[str, str] = {}
+    for name, mapping in sorted(vars(modeling_auto).items()):
+        if name.endswith("_MAPPING_NAMES") and isinstance(mapping, dict):
+            for model_type, classes in mapping.items():
+                for cls in classes if isinstance(classes, (list, tuple)) else [classes]:
+                    if isinstance(cls, str):
+                        out.setdefault(cls, model_type)
+    return out
+
+
+def short(facts: dict) -> dict:
+    """inv_freq as the shortest decimals that read back as the same float32 (half the size)."""
+    for buf in (facts.get("rotary") or {}).values():
+        buf["inv_freq"] = [float(str(np.float32(v))) for v in buf["inv_freq"]]
+    return facts
+
+
+def main() -> None:
+    recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    version = recs[0]["transformers_version"]
+    shipped, facts = {}, {}
+    for rec in recs:
+        shipped[rec["model_type"]] = derive(rec)
+        if "error" not in rec:
+            facts[rec["model_type"]] = [{"config": c, "facts": short(f)} for c, f in cases(rec)]
+    SHIPPED.parent.mkdir(exist_ok=True)
+    SHIPPED.write_text(
+        json.dumps(
+            {
+                "generated_by": "tools/derive_positions.py",
+                "transformers_version": version,
+                "types": shipped,
+                "architectures": architectures(),
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+        + "\n"
+    )
+    FACTS.write_text(
+        json.dumps({"transformers_version": version, "types": facts}, separators=(",", ":")) + "\n"
+    )
+    refused = {k: v["refused"] for k, v in shipped.items() if v.get("refused")}
+    print(
+        f"{len(shipped)} types, {len(shipped) - len(refused)} described, {len(refused)} refused; "
+        f"{SHIPPED.stat().st_size / 1024:.0f} KiB shipped, {FACTS.stat().st_size / 1024:.0f} KiB facts"
+    )
+
+
+if __name__ == "__main__":
+    main()

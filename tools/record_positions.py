@@ -1,0 +1,557 @@
+"""Record, from transformers itself, where every model type it knows puts positions.
+
+For each model type in transformers' CONFIG_MAPPING this script builds the default config
+(``AutoConfig.for_model``), the model on the meta device (no memory, no weights), and reads:
+
+* the text stack's position modules: rotary embeddings, position tables (nn.Embedding with
+  their size), sinusoidal tables, T5 relative buckets, convolutional position embeddings,
+  other relative biases, ALiBi (by the modeling code);
+* per layer, its mixer (attention, linear attention, Mamba, ...) and whether the attention
+  applies RoPE: the ``if`` that guards ``apply_rotary_pos_emb`` in the attention's forward is
+  evaluated on that layer's module (SmolLM3's use_rope, Cohere 2's sliding_window, EXAONE 4's
+  is_sliding, ...);
+* for the rotary module, rebuilt on the CPU from the same config: inv_freq and
+  attention_scaling per layer type, and the layout and rotated width by probing the model's
+  own ``apply_rotary_pos_emb`` on basis vectors (which channel pairs turn together, by which
+  angle at position 1);
+* the same again with rope_theta doubled (a second config, so that a rule read from the first
+  is checked on values it was not read from);
+* vision and audio towers' rotary modules, by name.
+
+Each record goes to build/positions_recorded.jsonl as soon as it is made (a rerun skips
+the types already there); tools/derive_positions.py turns them into the data the library ships.
+transformers is not a dependency; install it beside the project's venv:
+
+    .venv/bin/pip install --target /tmp/tf --no-deps transformers==5.25.0   # and its small deps
+    PYTHONPATH=/tmp/tf .venv/bin/python tools/record_positions.py [--only llama,gemma3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import inspect
+import json
+import math
+import re
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "positions_recorded.jsonl"  # raw and large: not in git; derive reads it
+TOWER = re.compile(
+    r"vision|visual|image|audio|speech|video|patch|vit|encoder_model|perceiver|sam|mm_projector"
+)
+KEYS = re.compile(
+    r"rope|rotary|position|pos_|_pos|theta|head_dim|hidden_size|num_attention_heads|n_head|n_embd|d_model|"
+    r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
+    r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global"
+)
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Timeout("took more than its time")
+
+
+def jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return repr(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def relevant(d: dict) -> dict:
+    """The keys of a config dict that can bear on positions (sub-configs kept whole)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k.endswith("config"):
+            out[k] = relevant(v)
+        elif KEYS.search(k) and not (isinstance(v, list) and len(v) > 4096):
+            out[k] = v
+    return jsonable(out)
+
+
+def floats(t: torch.Tensor) -> list[float]:
+    return [float(v) for v in t.detach().float().flatten().tolist()]
+
+
+def text_config(cfg):
+    for kwargs in ({"decoder": True}, {}):
+        try:
+            return cfg.get_text_config(**kwargs)
+        except Exception:
+            continue
+    return cfg
+
+
+def in_tower(path: str) -> bool:
+    return bool(TOWER.search(path))
+
+
+def layer_index(path: str) -> tuple[str, int] | None:
+    m = re.search(r"^(.*?\b(?:layers|layer|h|blocks|block|decoder_layers))\.(\d+)(?:\.|$)", path)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+MIXER = re.compile(r"attention|attn|mamba|mixer|deltanet|delta_net|linear_attn|conv|ssm|retention|rwkv", re.I)
+
+
+def classify_modules(model) -> dict:
+    """Position modules of the text stack and of the towers, found on the meta model."""
+    schemes: dict[str, list] = {}
+    towers: dict[str, str] = {}
+    rotary: dict[str, nn.Module] = {}
+    for path, mod in model.named_modules():
+        name = type(mod).__name__
+        leaf = path.rsplit(".", 1)[-1]
+        kind = None
+        if "Rotary" in name or "rotary" in leaf or name.endswith("RoPE") or "RopeEmbedding" in name:
+            kind = "rope"
+        elif "Sinusoid" in name or "sinusoid" in leaf:
+            kind = "sinusoidal"
+        elif leaf in ("relative_attention_bias",) and isinstance(mod, nn.Embedding):
+            kind = "t5"
+        elif "pos_conv" in leaf or ("Conv" in name and "Position" in name):
+            kind = "conv"
+        elif isinstance(mod, nn.Embedding) and re.search(r"pos|wpe", leaf):
+            kind = "learned"
+        elif re.search(r"rel_embeddings|relative_position|r_w_bias|pos_bias|position_bias", leaf) or (
+            "Relative" in name and "Position" in name
+        ):
+            kind = "relative"
+        if kind is None:
+            continue
+        if in_tower(path):
+            towers.setdefault(path, f"{kind}:{name}")
+            continue
+        entry = {"path": path, "class": name}
+        if kind == "learned":
+            entry["num_embeddings"] = mod.num_embeddings
+        if kind == "t5":
+            entry["num_buckets"] = mod.num_embeddings
+        schemes.setdefault(kind, []).append(entry)
+        if kind == "rope":
+            rotary[path] = mod
+    return {"schemes": schemes, "towers": towers, "rotary": rotary}
+
+
+def rope_calls(cls) -> list[tuple[str, str | None]]:
+    """The rotary apply functions cls.forward calls, each with the `if` that guards it ("else" for
+    an else branch, None when unguarded)."""
+    try:
+        src = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return []
+    lines = src.splitlines()
+    calls = []
+    for i, line in enumerate(lines):
+        m = re.search(r"\b(\w*apply_rotary\w*)\(", line)
+        if not m or "def " in line or "import" in line:
+            continue
+        indent = len(line) - len(line.lstrip())
+        guard = None
+        for j in range(i - 1, max(i - 4, -1), -1):
+            prev = lines[j]
+            pind = len(prev) - len(prev.lstrip())
+            if not prev.strip() or pind >= indent:
+                continue
+            g = re.match(r"\s*(?:if|elif)\s+(.*):\s*(#.*)?$", prev)
+            if g:
+                guard = g.group(1)
+            elif re.match(r"\s*else\s*:", prev):
+                guard = "else"
+            break
+        calls.append((m.group(1), guard))
+    return calls
+
+
+def chosen_call(calls, att, config) -> tuple[str | None, bool | str]:
+    """Which apply function this module runs: the first unguarded or true-guarded call."""
+    for name, guard in calls:
+        if guard is None or guard == "else":
+            return name, True
+        ok = eval_guard(guard, att, config)
+        if ok is True:
+            return name, True
+        if ok is not False:
+            return name, ok
+    return None, False
+
+
+def eval_guard(guard: str, att, config) -> bool | str:
+    env = {
+        "self": att,
+        "config": config,
+        "position_embeddings": (0, 0),
+        "is_cross_attention": False,
+        "rotary_pos_emb": 0,
+        "position_ids": 0,
+        "cos": 0,
+        "sin": 0,
+    }
+    try:
+        return bool(eval(guard, {}, env))  # noqa: S307 -- transformers' own code, on its own module
+    except Exception as err:
+        return f"unknown ({type(err).__name__})"
+
+
+def layers_of(model, tc, apply_fns: set) -> list[dict]:
+    """Per layer of the text stack: the mixers it holds, and whether its attention applies RoPE."""
+    stacks: dict[str, dict[int, nn.Module]] = {}
+    for path, mod in model.named_modules():
+        if in_tower(path):
+            continue
+        li = layer_index(path)
+        if li and path == f"{li[0]}.{li[1]}":
+            stacks.setdefault(li[0], {})[li[1]] = mod
+    if not stacks:
+        return []
+    prefix = max(stacks, key=lambda p: (len(stacks[p]), -len(p)))
+    out = []
+    for i in sorted(stacks[prefix]):
+        layer = stacks[prefix][i]
+        mixers, rope = [], None
+        for sub_path, sub in layer.named_children():
+            if not MIXER.search(sub_path) or "norm" in sub_path:
+                continue
+            mixers.append(f"{sub_path}:{type(sub).__name__}")
+            calls = rope_calls(type(sub))
+            if calls:
+                fn, rope = chosen_call(calls, sub, tc)
+                guards = [g for _, g in calls if g is not None]
+                if guards:
+                    mixers[-1] += f" [if {guards[0]}]"
+                if fn is not None:
+                    apply_fns.add(f"{type(sub).__module__}:{fn}")
+        out.append({"mixers": mixers, "rope": rope})
+    return out
+
+
+def rebuild(mod: nn.Module, tc):
+    cls = type(mod)
+    sig = inspect.signature(cls.__init__)
+    kwargs = {}
+    for name, p in list(sig.parameters.items())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if name == "config":
+            kwargs[name] = getattr(mod, "config", tc)
+        elif name == "device":
+            kwargs[name] = torch.device("cpu")
+        elif hasattr(mod, name):
+            kwargs[name] = getattr(mod, name)
+        elif p.default is p.empty:
+            raise TypeError(f"cannot rebuild {cls.__name__}: no value for {name}")
+    with torch.device("cpu"):
+        return cls(**kwargs)
+
+
+def buffers_of(rot) -> dict:
+    out = {}
+    for name, buf in rot.named_buffers(recurse=False):
+        if name.endswith("inv_freq") and "original" not in name:
+            lt = name[: -len("inv_freq")].rstrip("_") or None
+            scale = getattr(rot, f"{lt}_attention_scaling" if lt else "attention_scaling", None)
+            if scale is None:
+                scale = getattr(rot, "attention_scaling", None)
+            out[str(lt)] = {
+                "inv_freq": floats(buf),
+                "attention_scaling": None if scale is None else float(scale),
+            }
+    return out
+
+
+def cos_sin(rot, dh: int, layer_type, mrope: bool):
+    pos = torch.ones(1, dh, dtype=torch.long)
+    if mrope:
+        pos = pos[None].expand(3, 1, dh)
+    x = torch.zeros(1, dh, 8)
+    kwargs = {} if layer_type in (None, "None") else {"layer_type": layer_type}
+    out = rot(x, pos, **kwargs)
+    return out[0].float(), out[1].float()
+
+
+def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
+    """Layout, rotated width and angle per pair at position 1, from the model's apply function."""
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        return {"probe": f"no {fn_name} in the modeling module"}
+    params = inspect.signature(fn).parameters
+    mrope = "mrope_section" in params
+    last = None
+    for m in [mrope] if not mrope else [True]:
+        try:
+            cos, sin = cos_sin(rot, dh, layer_type, m)
+        except Exception as err:
+            last = f"rotary forward: {type(err).__name__}: {err}"[:200]
+            continue
+        for width in dict.fromkeys([dh, cos.shape[-1]]):
+            q = torch.eye(width)[None, None]  # (1, 1, T=width, width)
+            extra = {}
+            if mrope:
+                rp = getattr(cfg, "rope_parameters", None) or {}
+                extra["mrope_section"] = rp.get("mrope_section")
+            try:
+                with torch.no_grad():
+                    res = fn(
+                        q,
+                        q.clone(),
+                        cos[..., :width, :] if cos.dim() == 3 else cos,
+                        sin[..., :width, :] if sin.dim() == 3 else sin,
+                        **extra,
+                    )
+                out = (res[0] if isinstance(res, tuple) else res)[0, 0]
+            except Exception as err:
+                last = f"apply_rotary_pos_emb: {type(err).__name__}: {err}"[:200]
+                continue
+            return read_pairs(out, width, dh)
+    return {"probe": last}
+
+
+def read_pairs(m: torch.Tensor, width: int, dh: int) -> dict:
+    """Row i of m is the image of basis vector e_i. Channels i and j turn together when their images
+    span the same two output channels (in place for most models; DeepSeek's interleaved apply also
+    moves them to rotate-half order, "permuted")."""
+    eye = torch.eye(width)
+    moved = [i for i in range(width) if not torch.equal(m[i], eye[i])]
+    support = {i: tuple(int(j) for j in torch.nonzero(m[i]).flatten()) for i in moved}
+    pairs, angles, scales, seen, permuted = [], [], [], set(), False
+    for i in moved:
+        if i in seen:
+            continue
+        same = [j for j in moved if j != i and support[j] == support[i]]
+        if len(same) != 1 or len(support[i]) != 2:
+            return {"probe": f"channel {i} mixes with {list(support[i])[:4]}"}
+        j = same[0]
+        seen |= {i, j}
+        pairs.append([i, j])
+        if support[i] == (i, j):
+            angles.append(math.atan2(abs(float(m[i, j])), float(m[i, i])))
+            scales.append(math.hypot(float(m[i, j]), float(m[i, i])))
+        else:
+            permuted = True
+            scales.append(math.hypot(*[float(m[i, k]) for k in support[i]]))
+    if not pairs:
+        return {"probe": "nothing turned", "rotated": 0}
+    r = 2 * len(pairs)
+    if all(b - a == r // 2 and a == k for k, (a, b) in enumerate(pairs)):
+        layout = "half"
+    elif all(a == 2 * k and b == a + 1 for k, (a, b) in enumerate(pairs)):
+        layout = "interleaved"
+    else:
+        layout = "other"
+    return {
+        "layout": layout,
+        "rotated": r,
+        "probed_width": width,
+        "head_dim": dh,
+        "permuted": permuted,
+        "pairs": pairs if layout == "other" else None,
+        "angles": angles or None,
+        "scale": scales[0],
+    }
+
+
+def head_dim_of(tc, n_inv: int) -> int:
+    for key in ("head_dim", "qk_rope_head_dim", "attention_head_size", "d_head"):
+        v = getattr(tc, key, None)
+        if isinstance(v, int) and v >= 2 * n_inv:
+            return v
+    hidden = getattr(tc, "hidden_size", None) or getattr(tc, "d_model", None)
+    heads = getattr(tc, "num_attention_heads", None) or getattr(tc, "num_heads", None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden // heads >= 2 * n_inv:
+        return hidden // heads
+    return 2 * n_inv
+
+
+def modeling_module(model):
+    return importlib.import_module(type(model).__module__)
+
+
+def unique_rotary(rotary: dict) -> dict:
+    out = {}
+    for path, mod in rotary.items():
+        key = re.sub(r"\.\d+\.", ".N.", path)
+        out.setdefault(key, (path, mod))
+    return out
+
+
+def rotary_facts(rotary: dict, tc, module, fn_name: str, config=None) -> dict:
+    facts = {}
+    for key, (path, mod) in unique_rotary(rotary).items():
+        entry: dict = {"class": type(mod).__name__, "path": path}
+        try:
+            if config is not None:
+                saved = getattr(mod, "config", None)
+                if saved is None:
+                    entry["error"] = "no config to change"
+                    facts[key] = entry
+                    continue
+                mod = copy.copy(mod)
+                mod.config = config
+            rot = rebuild(mod, tc)
+        except Exception as err:
+            entry["error"] = f"rebuild: {type(err).__name__}: {err}"[:300]
+            facts[key] = entry
+            continue
+        entry["buffers"] = buffers_of(rot)
+        if config is None:
+            probes = {}
+            for lt, b in entry["buffers"].items():
+                dh = head_dim_of(getattr(rot, "config", tc), len(b["inv_freq"]))
+                try:
+                    probes[lt] = probe(module, rot, dh, lt, getattr(rot, "config", tc), fn_name)
+                except Exception as err:
+                    probes[lt] = {"probe": f"{type(err).__name__}: {err}"[:200]}
+            entry["probe"] = probes
+        facts[key] = entry
+    return facts
+
+
+def doubled_theta(tc):
+    d = tc.to_dict()
+    rp = d.get("rope_parameters")
+    if not isinstance(rp, dict):
+        return None
+    nested = [v for v in rp.values() if isinstance(v, dict)]
+    for p in nested or [rp]:
+        if isinstance(p.get("rope_theta"), (int, float)):
+            p["rope_theta"] = float(p["rope_theta"]) * 2
+    for k in ("model_type", "transformers_version", "architectures"):
+        d.pop(k, None)
+    return type(tc)(**{k: v for k, v in d.items() if not k.endswith("_config") or v is None})
+
+
+def own_model_class(cfg):
+    """The PreTrainedModel of cfg's own modeling module whose config_class is cfg's class."""
+    package = type(cfg).__module__.rsplit(".", 1)[0]
+    names = importlib.import_module(package).__dict__.get("__all__") or []
+    mods = [importlib.import_module(f"{package}.{m}") for m in ["modeling_" + package.rsplit(".", 1)[1]]]
+    found = []
+    for mod in mods:
+        for name, obj in vars(mod).items():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, nn.Module)
+                and getattr(obj, "config_class", None) is type(cfg)
+            ):
+                if name.endswith("Model") and "PreTrained" not in name:
+                    found.append(obj)
+    if not found:
+        raise LookupError(f"no model class for {type(cfg).__name__} ({len(names)} names)")
+    return min(found, key=lambda c: len(c.__name__))
+
+
+def record(mt: str, overrides: dict | None = None) -> dict:
+    from transformers import AutoConfig, AutoModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    rec: dict = {"model_type": mt, "config_class": CONFIG_MAPPING_NAMES[mt]}
+    try:
+        cfg = AutoConfig.for_model(mt, **(overrides or {}))
+    except Exception as err:
+        rec["error"] = f"config: {type(err).__name__}: {err}"[:300]
+        return rec
+    tc = text_config(cfg)
+    rec["config"] = relevant(cfg.to_dict())
+    rec["text_model_type"] = getattr(tc, "model_type", None)
+    rec["text_key"] = (
+        next((k for k, v in vars(cfg).items() if v is tc and k != "self"), None) if tc is not cfg else None
+    )
+    rec["alibi_config"] = sorted(k for k in cfg.to_dict() if "alibi" in k.lower())
+    try:
+        with torch.device("meta"):
+            model = AutoModel.from_config(cfg)
+    except Exception as err:
+        try:  # a sub-model's config (vision tower, text model) that AutoModel does not map
+            with torch.device("meta"):
+                model = own_model_class(cfg)(cfg)
+        except Exception as err2:
+            rec["error"] = f"model: {type(err).__name__}: {err}; {type(err2).__name__}: {err2}"[:300]
+            return rec
+    rec["model_class"] = type(model).__name__
+    module = modeling_module(model)
+    try:
+        rec["alibi_source"] = "alibi" in inspect.getsource(module).lower()
+    except OSError:
+        rec["alibi_source"] = None
+    found = classify_modules(model)
+    rec["schemes"] = found["schemes"]
+    rec["towers"] = found["towers"]
+    try:
+        apply_fns: set = set()
+        rec["layers"] = layers_of(model, tc, apply_fns)
+        rec["apply_fns"] = sorted(apply_fns)
+    except Exception as err:
+        rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
+    if found["rotary"]:
+        fns = [f for f in rec.get("apply_fns", []) if "vision" not in f.split(":")[1]]
+        fn_module, fn_name = fns[0].split(":") if fns else (module.__name__, "apply_rotary_pos_emb")
+        module = importlib.import_module(fn_module)
+        rec["rotary"] = rotary_facts(found["rotary"], tc, module, fn_name)
+        try:
+            tc2 = doubled_theta(tc)
+        except Exception as err:
+            tc2, rec["perturbed_error"] = None, f"{type(err).__name__}: {err}"[:300]
+        if tc2 is not None:
+            rec["perturbed"] = {
+                "config": relevant(tc2.to_dict()),
+                "rotary": rotary_facts(found["rotary"], tc2, module, fn_name, config=tc2),
+            }
+    return rec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated model types (default: all)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per model type")
+    args = parser.parse_args()
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    done = set()
+    if args.out.exists():
+        done = {json.loads(line)["model_type"] for line in args.out.read_text().splitlines() if line.strip()}
+    types = [t for t in (args.only.split(",") if args.only else CONFIG_MAPPING_NAMES) if t and t not in done]
+    signal.signal(signal.SIGALRM, _alarm)
+    with args.out.open("a") as f:
+        for k, mt in enumerate(types):
+            start = time.time()
+            signal.alarm(args.timeout)
+            try:
+                rec = record(mt)
+            except Timeout:
+                rec = {"model_type": mt, "error": f"recording took more than {args.timeout} s"}
+            except Exception as err:
+                rec = {"model_type": mt, "error": f"record: {type(err).__name__}: {err}"[:300]}
+            finally:
+                signal.alarm(0)
+            rec["transformers_version"] = transformers.__version__
+            rec["seconds"] = round(time.time() - start, 2)
+            f.write(json.dumps(jsonable(rec), separators=(",", ":")) + "\n")
+            f.flush()
+            print(f"{k + 1}/{len(types)} {mt} {rec['seconds']} s {rec.get('error', '')[:80]}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
