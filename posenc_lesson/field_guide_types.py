@@ -174,8 +174,25 @@ DIM_RULES = {  # the rotated width of a head, as the rotary modules of transform
 
 
 def layer_kinds(cfg: dict, n: int) -> list[str | None]:
+    """Each layer's type: layer_types, or the hybrid keys of Mamba hybrids (Jamba's attn_layer_period and
+    offset, Bamba's attn_layer_indices, Zamba's layers_block_type, Nemotron-H's hybrid_override_pattern:
+    "*" attention, "M" Mamba, "-" MLP, "E" experts)."""
     types = cfg.get("layer_types")
-    return list(types) if isinstance(types, list) and len(types) == n else [None] * n
+    if isinstance(types, list) and len(types) == n:
+        return list(types)
+    blocks = cfg.get("layers_block_type")
+    if isinstance(blocks, list) and len(blocks) == n:
+        return ["full_attention" if "attention" in str(b) or b == "hybrid" else str(b) for b in blocks]
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == n:
+        names = {"*": "full_attention", "M": "mamba", "-": "mlp", "E": "moe_only"}
+        return [names.get(ch, ch) for ch in pattern]
+    if isinstance(cfg.get("attn_layer_indices"), list):
+        return ["full_attention" if i in cfg["attn_layer_indices"] else "mamba" for i in range(n)]
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    if isinstance(period, int) and isinstance(offset, int) and period > 0:
+        return ["full_attention" if i % period == offset else "mamba" for i in range(n)]
+    return [None] * n
 
 
 def attends(layer_type: str | None) -> bool:
@@ -192,6 +209,7 @@ LAYER_RULES = {  # which attention layers apply RoPE
     "no_rope_layers": lambda c, i, t: bool((c.get("no_rope_layers") or [1] * (i + 1))[i]),
     "sliding_only": lambda c, i, t: t == "sliding_attention",
     "sliding_unless_no_window": lambda c, i, t: c.get("sliding_window") is None or t == "sliding_attention",
+    "rope_types": lambda c, i, t: t in c.get("_rope_types", ()),  # the types the rotary module serves
     "none": lambda c, i, t: False,
 }
 
@@ -217,9 +235,14 @@ def num_layers(cfg: dict) -> int:
 
 def layers(cfg: dict, entry: dict) -> tuple[list[str], list[str | None], list[dict | None]]:
     """Per layer: scheme, layer type, and (RoPE layers) the flat rope parameters."""
-    n = num_layers(cfg)
-    kinds = layer_kinds(cfg, n)
     scheme = entry["scheme"]
+    try:
+        n = num_layers(cfg)
+    except ValueError:
+        if scheme == "rope":
+            raise
+        n = 0  # a tower or codec without a layer stack: the scheme holds for the model as a whole
+    kinds = layer_kinds(cfg, n)
     schemes, rope = [], []
     for i, t in enumerate(kinds):
         if not attends(t):

@@ -55,6 +55,7 @@ DEFAULT_KEYS = (
     "original_max_position_embeddings",
     "relative_attention_num_buckets",
 )
+CALLER = "[if position_embeddings is not None]"
 LAYER_KEYS = (
     "num_hidden_layers",
     "n_layer",
@@ -96,13 +97,18 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     n = len(rec.get("layers") or [])
     out: dict = {"scheme": scheme, "num_layers": n}
     if scheme == "rope":
-        per = [
-            {True: "rope", False: "nope", None: "none"}.get(layer["rope"], "unknown")
-            for layer in rec["layers"]
-        ]
-        out["schemes"] = per
         rot = [v for v in (rotary or {}).values()]
         out["rotary"] = rot[0].get("buffers") if rot else None
+        kinds = text.get("layer_types") if len(text.get("layer_types") or []) == n else [None] * n
+        per = []
+        for layer, kind in zip(rec["layers"], kinds, strict=True):
+            rope = layer["rope"]
+            if rope == "caller" or (rope is True and any(CALLER in m for m in layer["mixers"])):
+                # the decoder hands position_embeddings only to the layer types its rotary module serves
+                served = set(out["rotary"] or {})
+                rope = "None" in served or str(kind) in served
+            per.append({True: "rope", False: "nope", None: "none"}.get(rope, "unknown"))
+        out["schemes"] = per
         probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
         out["layout"], out["rotated"] = probe.get("layout"), probe.get("rotated")
         out["probe"] = probe.get("probe")
@@ -183,6 +189,13 @@ def entry_base(rec: dict) -> dict:
     rp = text.get("rope_parameters")
     if isinstance(rp, dict) and isinstance(rp.get("rope_theta"), (int, float)):
         defaults["_default_theta"] = rp["rope_theta"]
+    for key in ("layers_block_type", "hybrid_override_pattern", "attn_layer_indices", "attn_layer_period",
+                "attn_layer_offset"):
+        if key in text:
+            defaults[key] = text[key]
+    types = {lt for v in (rec.get("rotary") or {}).values() for lt in (v.get("buffers") or {})} - {"None"}
+    if types:
+        defaults["_rope_types"] = sorted(types)
     entry = {"scheme": scheme_of(rec), "defaults": defaults}
     if rec.get("text_key"):
         entry["text_key"] = rec["text_key"]

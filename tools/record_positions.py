@@ -195,6 +195,8 @@ def chosen_call(calls, att, config) -> tuple[str | None, bool | str]:
 
 
 def eval_guard(guard: str, att, config) -> bool | str:
+    if guard.strip() == "position_embeddings is not None":  # the caller decides: served by layer type
+        return "caller"
     env = {
         "self": att,
         "config": config,
@@ -277,14 +279,33 @@ def buffers_of(rot) -> dict:
     return out
 
 
-def cos_sin(rot, dh: int, layer_type, mrope: bool):
+def cos_sin(rot, dh: int, layer_type, axes: int):
+    """The rotary module's output at position 1 for dh tokens: (cos, sin), or Llama 4's complex freqs_cis."""
     pos = torch.ones(1, dh, dtype=torch.long)
-    if mrope:
-        pos = pos[None].expand(3, 1, dh)
+    if axes > 1:  # M-RoPE: one row of position ids per axis (time, height, width)
+        pos = pos[None].expand(axes, 1, dh)
     x = torch.zeros(1, dh, 8)
     kwargs = {} if layer_type in (None, "None") else {"layer_type": layer_type}
     out = rot(x, pos, **kwargs)
+    if isinstance(out, torch.Tensor):
+        return out, None
     return out[0].float(), out[1].float()
+
+
+def call_apply(fn, q, cos, sin, width, extra):
+    """fn on basis vectors q, whichever of transformers' signatures it has; the image of e_i per row."""
+    names = list(inspect.signature(fn).parameters)
+    if sin is None:  # complex freqs_cis (Llama 4): q is (B, T, H, D)
+        qt = q[0, 0][None, :, None, :]  # (1, T=width, 1, width)
+        res = fn(qt, qt.clone(), cos[..., :width, :] if cos.dim() == 3 else cos)
+        return (res[0] if isinstance(res, tuple) else res)[0, :, 0, :]
+    c = cos[..., :width, :] if cos.dim() == 3 else cos
+    s = sin[..., :width, :] if sin.dim() == 3 else sin
+    if names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"]):
+        res = fn(q, c, s, **extra)  # one tensor at a time (Gemma 3n, DeepSeek-V4)
+    else:
+        res = fn(q, q.clone(), c, s, **extra)
+    return (res[0] if isinstance(res, tuple) else res)[0, 0]
 
 
 def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
@@ -295,13 +316,13 @@ def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
     params = inspect.signature(fn).parameters
     mrope = "mrope_section" in params
     last = None
-    for m in [mrope] if not mrope else [True]:
+    for axes in (3,) if mrope else (1, 3, 4, 2):
         try:
-            cos, sin = cos_sin(rot, dh, layer_type, m)
+            cos, sin = cos_sin(rot, dh, layer_type, axes)
         except Exception as err:
             last = f"rotary forward: {type(err).__name__}: {err}"[:200]
             continue
-        for width in dict.fromkeys([dh, cos.shape[-1]]):
+        for width in dict.fromkeys([dh, cos.shape[-1], 2 * cos.shape[-1]]):
             q = torch.eye(width)[None, None]  # (1, 1, T=width, width)
             extra = {}
             if mrope:
@@ -309,18 +330,11 @@ def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
                 extra["mrope_section"] = rp.get("mrope_section")
             try:
                 with torch.no_grad():
-                    res = fn(
-                        q,
-                        q.clone(),
-                        cos[..., :width, :] if cos.dim() == 3 else cos,
-                        sin[..., :width, :] if sin.dim() == 3 else sin,
-                        **extra,
-                    )
-                out = (res[0] if isinstance(res, tuple) else res)[0, 0]
+                    out = call_apply(fn, q, cos, sin, width, extra)
             except Exception as err:
-                last = f"apply_rotary_pos_emb: {type(err).__name__}: {err}"[:200]
+                last = f"{fn_name}: {type(err).__name__}: {err}"[:200]
                 continue
-            return read_pairs(out, width, dh)
+            return read_pairs(out.float(), width, dh)
     return {"probe": last}
 
 
@@ -439,23 +453,27 @@ def doubled_theta(tc):
 
 
 def own_model_class(cfg):
-    """The PreTrainedModel of cfg's own modeling module whose config_class is cfg's class."""
+    """The module of cfg's own modeling file built from exactly cfg's class: its config_class, or its
+    config argument's annotation; a PreTrainedModel named ...Model first, then the shortest name."""
     package = type(cfg).__module__.rsplit(".", 1)[0]
-    names = importlib.import_module(package).__dict__.get("__all__") or []
-    mods = [importlib.import_module(f"{package}.{m}") for m in ["modeling_" + package.rsplit(".", 1)[1]]]
+    mod = importlib.import_module(f"{package}.modeling_{package.rsplit('.', 1)[1]}")
+    name_of = type(cfg).__name__
     found = []
-    for mod in mods:
-        for name, obj in vars(mod).items():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, nn.Module)
-                and getattr(obj, "config_class", None) is type(cfg)
-            ):
-                if name.endswith("Model") and "PreTrained" not in name:
-                    found.append(obj)
+    for name, obj in vars(mod).items():
+        if not (isinstance(obj, type) and issubclass(obj, nn.Module)) or "PreTrained" in name:
+            continue
+        own = getattr(obj, "config_class", None) is type(cfg)
+        if not own:
+            try:
+                ann = inspect.signature(obj.__init__).parameters.get("config")
+            except (TypeError, ValueError):
+                ann = None
+            own = ann is not None and str(getattr(ann.annotation, "__name__", ann.annotation)).strip("'\"") == name_of
+        if own:
+            found.append(obj)
     if not found:
-        raise LookupError(f"no model class for {type(cfg).__name__} ({len(names)} names)")
-    return min(found, key=lambda c: len(c.__name__))
+        raise LookupError(f"no module of {mod.__name__} is built from {name_of}")
+    return min(found, key=lambda c: (not hasattr(c, "config_class"), not c.__name__.endswith("Model"), len(c.__name__)))
 
 
 def record(mt: str, overrides: dict | None = None) -> dict:
