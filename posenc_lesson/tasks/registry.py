@@ -141,6 +141,7 @@ GENERIC = {
     "generic.missing_answer": "the answer was never defined (its cell missing, duplicated or failing)",
     "generic.test_failed": "the test run failed (its outputs unreadable or malformed)",
     "generic.not_graded": "not graded: the grader itself failed",
+    "generic.not_handed_in": "no notebook the grader could read was handed in (unreadable, skipped, missing)",
 }
 ID_PATTERN = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*\.[a-z][a-z0-9]*(_[a-z0-9]+)*")
 
