@@ -260,10 +260,10 @@ def test_every_blank_exercise_gets_zero_with_helpful_feedback(graded):
 def test_grades_csv_has_one_row_per_student_and_notebook_and_a_column_per_task(graded):
     with open(graded["out"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert header[:5] == ["student", "notebook", "score", "max_score", "flags"]
+    assert header[:6] == ["student", "notebook", "score", "max_score", "flags", "status"]
     every_task = [t for stem in sorted(p.stem for p in SOLUTIONS.glob("*.ipynb"))
                   for t in _tasks(graded["reports"][("solutions", stem)])]
-    assert header[5:] == every_task
+    assert header[6:] == every_task
     assert set(every_task) <= set(grading.TASKS)
     good = graded["rows"][("good", SUBJECT)]
     own = set(_tasks(graded["reports"][("good", SUBJECT)]))

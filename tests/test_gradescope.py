@@ -167,7 +167,9 @@ def test_gradebook_has_one_row_per_student_and_one_column_per_notebook():
             _row("ann", two, {_task_ids(two)[0]: 1}),
             _row("ben", STEM, {"01_attention": 0, "01_permutation_check": 0})]
     table = gradescope.gradebook_rows(rows)
-    assert table == [["student", STEM, two, "total"], ["ann", "3", "1", "4"], ["ben", "0", "", "0"]]
+    possible = [gradescope.POINTS_POSSIBLE, str(rows[0].max_score), str(rows[1].max_score),
+                str(rows[0].max_score + rows[1].max_score)]
+    assert table == [["student", STEM, two, "total"], possible, ["ann", "3", "1", "4"], ["ben", "0", "", "0"]]
 
 
 @pytest.mark.slow
@@ -184,4 +186,5 @@ def test_posenc_grade_writes_the_gradebook_for_a_class(tmp_path):
     with book.open() as f:
         table = list(csv.reader(f))
     full = sum(TASKS[i].points for i in _task_ids(STEM))
-    assert table == [["student", STEM, "total"], ["ann", str(full), str(full)], ["ben", "0", "0"]]
+    assert table == [["student", STEM, "total"], [gradescope.POINTS_POSSIBLE, str(full), str(full)],
+                     ["ann", str(full), str(full)], ["ben", "0", "0"]]

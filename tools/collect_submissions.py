@@ -3,11 +3,13 @@
     # The Littlest JupyterHub: user alice's home is /home/jupyter-alice (run as root)
     sudo .venv/bin/python tools/collect_submissions.py --homes '/home/jupyter-{student}' \\
         --course posenc-lesson --exercise 01 --out submissions
-    .venv/bin/posenc-grade --jobs 2 --out grades submissions/
+    .venv/bin/posenc-grade --jobs 2 --expect 01 --out grades submissions/
 
 For each home folder matching --homes ({student} stands for the learner's name), copies
 <home>/<course>/exercises/NN_*.ipynb to <out>/<student>/NN_*.ipynb (with --exercise NN, only
-that lesson's; the default is every exercise notebook): the layout posenc-grade reads. Only
+that lesson's; the default is every exercise notebook): the layout posenc-grade reads. A
+learner whose home has no course folder (never pulled it, or removed it) still gets an empty
+<out>/<student>/, and ``posenc-grade --expect 01`` gives them a row "missing". Only
 regular files are copied (a link in a learner's folder is skipped and reported), the learners'
 files are never changed, and an existing <out>/<student>/ is refused unless --force (a
 collection is a snapshot: collect into a fresh folder each time).
@@ -41,22 +43,25 @@ def collect(homes: str, course: str, out: Path, *, exercise: str = "[0-9][0-9]",
     collected: dict[str, list[str]] = {}
     for home in sorted(glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix))):
         match = pattern.match(home)
-        exercises = Path(home) / course / "exercises"
-        if not match or not exercises.is_dir() or exercises.is_symlink():
+        if not match or not Path(home).is_dir():
             continue
         student = match.group(1)
         dest = out / student
         if dest.exists() and not force:
             raise FileExistsError(f"{dest} exists: collect into a fresh folder, or pass --force")
-        dest.mkdir(parents=True, exist_ok=True)
-        names = []
+        dest.mkdir(parents=True, exist_ok=True)  # even empty: posenc-grade --expect gives it rows
+        names: list[str] = []
+        collected[student] = names
+        exercises = Path(home) / course / "exercises"
+        if not exercises.is_dir() or exercises.is_symlink():
+            print(f"{student}: no {course}/exercises/ folder in {home}; nothing collected", file=sys.stderr)
+            continue
         for nb in sorted(exercises.glob(f"{exercise}_*.ipynb")):
             if nb.is_symlink() or not nb.is_file():
                 print(f"skipped {nb}: not a regular file", file=sys.stderr)
                 continue
             shutil.copyfile(nb, dest / nb.name)
             names.append(nb.name)
-        collected[student] = names
     return collected
 
 
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for student, names in collected.items():
         print(f"{student}: {len(names)} notebooks")
     if not collected:
-        print(f"no home folder matching {args.homes} holds {args.course}/exercises/", file=sys.stderr)
+        print(f"no home folder matches {args.homes}", file=sys.stderr)
         return 1
     return 0
 

@@ -12,11 +12,14 @@ page, made to be opened from disk: no JavaScript, no request, the plots inline (
                    the other outcomes (``tasks.GENERIC``: not implemented, an error, a crash, ...)
 
 then the submissions with problems or review flags (a relative link to each JSON report) and
-one row per student with their totals. The counts come from each row's task-level ``mistake``,
-the one its feedback names. Everything a submission can put in (student ids, notebook names,
-feedback, error messages) is escaped: control characters as ``errors.printable`` writes them,
-then HTML. The page ends with the same counts as JSON (``<script type="application/json"
-id="report-data">``, data, never run) for tools and tests.
+one row per student with their totals. Every row counts (``totals``): a notebook that could not
+be read, or one ``--expect`` asked for and nobody handed in, is 0 of its exercise's points in the
+task counts and the student's total, and the header counts the rows by status. The counts
+come from each row's task-level ``mistake``, the one its feedback names. Everything a
+submission can put in (student ids, notebook names, feedback, error messages) is escaped:
+control characters as ``errors.printable`` writes them, then HTML. The page ends with the same
+counts as JSON (``<script type="application/json" id="report-data">``, data, never run) for
+tools and tests.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from urllib.parse import quote
 from ..tasks.registry import GENERIC
 from .errors import printable
 from .report import Graded, format_number
+from .totals import counts
 
 WORST = ("worst = the lowest mean fraction of the task's points over the graded notebooks "
          "(ties: more zeros first, then course order)")
@@ -86,8 +90,8 @@ def split_feedback(feedback: str) -> tuple[str, str]:
 
 
 def collect(rows: list[Graded], columns: list[str]) -> list[TaskStats]:
-    """Every task of ``columns`` over the rows that graded it (not the grader's own failures),
-    worst first."""
+    """Every task of ``columns`` over the rows of its exercise (not the grader's own failures; a
+    notebook that could not be read, or was missing, counts at 0), worst first."""
     order = {task_id: n for n, task_id in enumerate(columns)}
     stats: dict[str, TaskStats] = {}
     for row in rows:
@@ -310,6 +314,7 @@ def render(rows: list[Graded], columns: list[str], seed: int | None = None) -> s
     """The whole page, as text."""
     stats = collect(rows, columns)
     graded = [r for r in rows if r.exercise]
+    said = ", ".join(f"{n} {status}" for status, n in counts(rows).items()) or "none"
     students = len({r.student for r in rows})
     exercises = sorted({r.exercise for r in graded if r.exercise})
     sections = "\n".join(_task_section(rank, s) for rank, s in enumerate(stats, start=1))
@@ -326,13 +331,13 @@ def render(rows: list[Graded], columns: list[str], seed: int | None = None) -> s
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Class report: {len(graded)} notebook(s), {len(stats)} task(s) (posenc-grade)</title>
+<title>Class report: {len(rows)} notebook(s), {len(stats)} task(s) (posenc-grade)</title>
 <style>{STYLE}</style>
 </head>
 <body>
 <header>
 <h1>Class report</h1>
-<p class="lead">{len(rows)} notebook(s) from {students} student(s); exercises:
+<p class="lead">{len(rows)} notebook(s) from {students} student(s) ({esc(said)}); exercises:
 {", ".join(f"<code>{esc(e)}</code>" for e in exercises) or "none"}; hidden inputs drawn with --seed
 {esc(seed)}. Tasks come worst first: {esc(WORST)}. Counts are notebooks; a mistake counts once per
 notebook, the one its feedback names.</p>

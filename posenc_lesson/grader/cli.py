@@ -124,7 +124,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..tasks.registry import grader_only_paths
-from . import cgroup, class_report, gradescope, sandbox
+from . import cgroup, class_report, feedback, gradescope, privacy, sandbox, totals
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
@@ -134,6 +134,10 @@ from .report import Graded, format_number, json_path, summary, task_columns, wri
 from .submissions import Submission, discover, label_rows, read_and_match
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
+AS_ROOT = ("posenc-grade already runs as root, but this machine will not let it make namespaces (a "
+           "container without CAP_SYS_ADMIN, as Docker's default, or a seccomp profile that refuses "
+           "unshare): start the container with --cap-add SYS_ADMIN (and --security-opt seccomp=unconfined "
+           "if unshare is still refused), or grade on the host; --sandbox off only for notebooks you trust")
 
 
 def default_solutions_dir() -> Path:
@@ -192,6 +196,12 @@ def _parser() -> argparse.ArgumentParser:
                         "feedback as its output (autograder/run_autograder passes it)")
     p.add_argument("--gradescope-visibility", default="visible", choices=gradescope.VISIBILITIES,
                    help="when learners see --gradescope's tests (default visible)")
+    p.add_argument("--feedback", action="store_true",
+                   help="also write DIR/feedback/<student>.html: one offline page per student with their "
+                        "points and the feedback their check cells would print, to hand back")
+    p.add_argument("--expect", metavar="NN[,NN...]", default=None,
+                   help="the exercises every student was set (lesson numbers or stems, e.g. 01,06): a "
+                        "student with no notebook for one gets a row saying so, with its points possible")
     p.add_argument("--gradebook", metavar="FILE", default=None,
                    help="also write an LMS gradebook CSV to FILE: one row per student, one column per "
                         "notebook")
@@ -240,7 +250,7 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
     for line in groups.header(memory, disk, cpus):
         print(printable(f"posenc-grade: each kernel's {line}"), file=sys.stderr, flush=True)
     if why:
-        fix = sandbox.HOW_TO_FIX if sandbox.unsupported() is None else (
+        fix = (AS_ROOT if os.geteuid() == 0 else sandbox.HOW_TO_FIX) if sandbox.unsupported() is None else (
             "grade on Linux (or inside a Linux container or virtual machine), or pass --sandbox off "
             "for notebooks you trust")
         raise InfrastructureError(f"--sandbox {args.sandbox}: cannot shut the learners' code in on this "
@@ -248,7 +258,8 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
     return box
 
 
-def _check_out(out: Path, subs: list[Submission], force: bool, report: bool = True) -> None:
+def _check_out(out: Path, subs: list[Submission], force: bool, report: bool = True,
+               pages: bool = False) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} exists and is not a folder")
     resolved = out.resolve()
@@ -257,6 +268,7 @@ def _check_out(out: Path, subs: list[Submission], force: bool, report: bool = Tr
             raise UsageError(f"--out: {out} holds submissions ({sub.path}); choose a folder of its own")
     if not force:
         page = [out / "report.html"] if report else []
+        page += [out / "feedback" / f"{s.report.split('/')[0]}.html" for s in subs] if pages else []
         mine = [out / "grades.csv", *page, *(json_path(out, s) for s in subs)]
         in_the_way = [p for p in mine if p.exists()]
         if in_the_way:
@@ -278,6 +290,7 @@ def _grade_all(grader: Grader, subs: list[Submission], out: Path, jobs: int) -> 
         try:
             for n, fut in enumerate(as_completed(futures), start=1):
                 row = fut.result()
+                totals.fill([row], grader.checks, grader.exercises)  # its points count, graded or not
                 rows.append(row)
                 try:  # one row's report that cannot be written costs that row's report only
                     report = json.dumps(row.to_json(), indent=1, ensure_ascii=False) + "\n"
@@ -315,10 +328,15 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
         print(f"posenc-grade: warning: {w}", file=sys.stderr)
     for sub in subs:
         read_and_match(sub, exercises)
-    subs = label_rows(subs)
+    stems = totals.expected(args.expect, sorted(exercises))
+    subs = label_rows(subs + totals.missing(totals.roster(args.paths, subs), subs, stems, args.paths))
     out = Path(args.out)
-    _check_out(out, subs, args.force, not args.no_report)
     key_path = Path(args.key) if args.key else out / KEY_NAME
+    for option, path, what, folder in (("--out", out, "every student's grades", True),
+                                       ("--key", key_path, "the key to the hidden inputs", False)):
+        if why := privacy.refusal(option, path, what, folder):  # nothing private ships (privacy)
+            raise UsageError(why)
+    _check_out(out, subs, args.force, not args.no_report, args.feedback)
     try:
         secret, created = load_or_create(key_path)
     except ValueError as exc:
@@ -344,6 +362,9 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     gradescope.export(rows, args.gradescope, args.gradebook, args.gradescope_visibility)
     if not args.no_report:
         write_atomic(out / "report.html", class_report.render(rows, columns, grader.seed))
+    if args.feedback:
+        print(f"feedback pages: {len(feedback.write_pages(rows, out / 'feedback'))} in {out / 'feedback'} "
+              "(one per student, to hand back)")
     print(summary(rows, columns, time.monotonic() - t0, args.jobs, out))
     print(f"hidden inputs: --seed {grader.seed} with the key in {printable(key_path)} (pass both again to "
           "draw the same inputs; keep the key to yourself)")

@@ -12,15 +12,18 @@ autograder specification documents, gradescope-autograders.readthedocs.io/en/lat
 
 one test per task of every notebook graded (the autograder folder, ``autograder/``, grades the
 one submission Gradescope unpacks into /autograder/submission). A notebook that could not be
-matched or read gets no tests and says why in the top-level ``output``; review flags are for
+read still gets its exercise's tests, each at 0 with the reason; one that could not be matched
+to an exercise gets none and says why in the top-level ``output``; review flags are for
 the instructor and stay out of it (they are in posenc-grade's stdout, which Gradescope shows the
 instructor only, with ``stdout_visibility`` hidden).
 
 ``posenc-grade --gradebook FILE`` writes the CSV a learning management system imports into its
-gradebook: one row per student, one column per exercise notebook (its stem, e.g.
-``01_permutation_equivariance``) holding the points, then ``total``; empty where a student
-handed nothing in for that exercise. Each column's maximum is grades.csv's ``max_score``. Match
-the header to the LMS's assignment names (and the student ids to its logins) when importing.
+gradebook: a header, then a ``Points Possible`` row (each column's maximum, as grades.csv's
+``max_score``; Canvas reads this row, other LMSs take it as the column's maximum), then one row
+per student, one column per exercise notebook (its stem, e.g. ``01_permutation_equivariance``)
+holding the points, then ``total``. A notebook that could not be read, or one ``--expect`` asked
+for and nobody handed in, is 0 there, not empty; empty means nobody expected it of that student.
+Match the header to the LMS's assignment names (and the student ids to its logins) when importing.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .errors import UsageError, printable
 from .report import Graded, format_number, write_atomic
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+POINTS_POSSIBLE = "Points Possible"  # the gradebook's second row: each column's maximum (Canvas's name)
 
 
 def _number(x: float) -> float | int:
@@ -100,7 +104,13 @@ def gradebook_rows(rows: list[Graded]) -> list[list[str]]:
         mine = students.setdefault(r.student, {})
         if r.exercise and r.exercise not in mine:  # a duplicate hand-in is already one row
             mine[r.exercise] = r.score
-    table = [["student", *stems, "total"]]
+    possible: dict[str, int] = {}
+    for r in rows:
+        if r.exercise and r.max_score is not None:
+            possible.setdefault(r.exercise, r.max_score)
+    table = [["student", *stems, "total"],
+             [POINTS_POSSIBLE, *[format_number(possible.get(s)) for s in stems],
+              format_number(sum(possible.values()))]]
     for student in sorted(students):
         mine = students[student]
         table.append([printable(student), *[format_number(mine.get(s)) for s in stems],

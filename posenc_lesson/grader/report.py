@@ -44,7 +44,7 @@ class Graded:
     notebook: str
     file: str
     exercise: str | None
-    status: str  # "ok" | "problems" | "unreadable" | "unmatched" | "grader-error"
+    status: str  # "ok" | "problems" | "unreadable" | "skipped" | "unmatched" | "missing" | "grader-error"
     reasons: list[str]
     tasks: list[TaskResult]
     seconds: float = 0.0
@@ -110,11 +110,11 @@ def csv_text(value: object) -> str:
 def write_csv(path: Path, rows: list[Graded], columns: list[str]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "notebook", "score", "max_score", "flags", *columns])
+    w.writerow(["student", "notebook", "score", "max_score", "flags", "status", *columns])
     for r in rows:
         by_id = {t.id: t for t in r.tasks}
         w.writerow([csv_text(r.student), csv_text(r.notebook), format_number(r.score),
-                    format_number(r.max_score), csv_text(r.flag_kinds),
+                    format_number(r.max_score), csv_text(r.flag_kinds), r.status,
                     *[format_number(by_id[c].score) if c in by_id else "" for c in columns]])
     write_atomic(path, buf.getvalue())
 

@@ -110,7 +110,7 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Submission], list[str]]:
 
     def add(path: Path, student: str, inside: Path, problem: str = "") -> Submission:
         source, why = (None, "") if problem else _inspect(path, inside)
-        sub = Submission(path, _shown(student), source=source)
+        sub = Submission(path, shown(student), source=source)
         if sub.student != student:
             sub.flags.append(_flag("lookalike-id", sub.student, f"the student id {sub.student} holds "
                                    "characters that can pass for others (invisible ones, or letters of two "
@@ -155,7 +155,7 @@ def discover(paths: Sequence[str | Path]) -> tuple[list[Submission], list[str]]:
     return list(found.values()), [printable(w) for w in warnings]
 
 
-def _shown(student: str) -> str:
+def shown(student: str) -> str:
     """How a student id is shown and stored: escaped where it could pass for another."""
     return escaped(student) if lookalike(student) else student
 
@@ -218,35 +218,44 @@ def _tag(nb: Any) -> Any:
     return ours.get("exercise") if isinstance(ours, dict) else None
 
 
+def _by_name(stem: str, exercises: dict[str, Exercise]) -> str | None:
+    """The exercise a file name says (its stem, or one exercise's stem it starts with), or None."""
+    if stem in exercises:
+        return stem
+    prefixed = [e for e in exercises if stem.startswith(e)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
 def read_and_match(sub: Submission, exercises: dict[str, Exercise]) -> None:
-    """Read the submission (read-only) and decide which exercise it is."""
+    """Read the submission (read-only) and decide which exercise it is.
+
+    A file that cannot be read (or was skipped) still counts: its file name names its
+    exercise where it can, so its row carries that exercise's points as possible, all lost.
+    """
+    if not sub.problem:
+        try:
+            sub.nb = nbformat.reads(_read(sub.source or sub.path).decode("utf-8"), as_version=4)
+            if not isinstance(sub.nb, dict):
+                raise ValueError("it is not a JSON object")
+            _escape_surrogates(sub.nb)
+            _check_cells(sub.nb)
+        except Exception as exc:  # any broken file must become a row, not a crash
+            sub.problem = f"unreadable: not a notebook the grader can read ({short(exc)})"
     if sub.problem:
-        return
-    try:
-        sub.nb = nbformat.reads(_read(sub.source or sub.path).decode("utf-8"), as_version=4)
-        if not isinstance(sub.nb, dict):
-            raise ValueError("it is not a JSON object")
-        _escape_surrogates(sub.nb)
-        _check_cells(sub.nb)
-    except Exception as exc:  # any broken file must become a row, not a crash
-        sub.problem = f"unreadable: not a notebook the grader can read ({short(exc)})"
+        sub.exercise = _by_name(sub.path.stem, exercises) if sub.path.suffix == ".ipynb" else None
+        sub.matched_by = "file name" if sub.exercise else ""
         return
     raw = _tag(sub.nb)
     tag = raw if isinstance(raw, str) else None
-    stem = sub.path.stem
     if tag in exercises:
         sub.exercise, sub.matched_by = tag, "metadata"
-    elif stem in exercises:
-        sub.exercise, sub.matched_by = stem, "file name"
-    else:
-        prefixed = [e for e in exercises if stem.startswith(e)]
-        if len(prefixed) == 1:
-            sub.exercise, sub.matched_by = prefixed[0], "file name"
+    elif (named := _by_name(sub.path.stem, exercises)) is not None:
+        sub.exercise, sub.matched_by = named, "file name"
     if sub.exercise is None:
         said = (f"metadata.posenc_lesson.exercise is {str(raw)[:60]!r}" if raw is not None
                 else "no metadata.posenc_lesson.exercise")
         sub.problem = (f"unmatched: cannot tell which exercise this is ({said}, and the file name "
-                       f"{stem!r} is not one of {', '.join(sorted(exercises))})")
+                       f"{sub.path.stem!r} is not one of {', '.join(sorted(exercises))})")
 
 
 def label_rows(subs: list[Submission]) -> list[Submission]:
@@ -262,7 +271,7 @@ def label_rows(subs: list[Submission]) -> list[Submission]:
     rows: list[Submission] = []
     taken: set[tuple[str, str]] = set()
     for (student, name, matched), group in sorted(by_key.items()):
-        group = sorted(group, key=lambda s: (s.path.stem != name, str(s.path)))
+        group = sorted(group, key=lambda s: (bool(s.problem), s.path.stem != name, str(s.path)))
         if matched and len(group) > 1:
             keep, extra = group[0], group[1:]
             others = ", ".join(str(s.path) for s in extra)
