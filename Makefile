@@ -1,11 +1,27 @@
 # The course's two commands: `make lab` opens it, `make test` checks all of it.
 # Both create .venv on first use and reinstall when pyproject.toml or requirements.lock changes:
 # the course's exact pins are in requirements.lock (pyproject.toml states the library's ranges).
+# `make lab` installs what a learner needs (the `course` extra); `make test` everything (course,
+# dev, book). Each has its own stamp; the full install also stamps the course's.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+COURSE := $(VENV)/.installed-course
+# torch from PyTorch's CPU wheel index: on Linux, PyPI's torch is a CUDA build (several GB).
+# TORCH=cu128 takes that CUDA index instead; TORCH=pypi leaves the choice to pip. Skipped when
+# .venv already holds the lock's torch version (any build).
+TORCH  ?= cpu
+TORCH_VERSION = $(shell sed -n 's/^torch==//p' $(LOCK))
+define install_torch
+	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null \
+	    && [ "$(TORCH)" != pypi ] && [ "$$(uname -s)" = Linux ]; then \
+	  echo "installing torch $(TORCH_VERSION)+$(TORCH) from https://download.pytorch.org/whl/$(TORCH)"; \
+	  $(BIN)/python -m pip install --quiet -c $(LOCK) --extra-index-url https://download.pytorch.org/whl/$(TORCH) \
+	    "torch==$(TORCH_VERSION)+$(TORCH)"; \
+	fi
+endef
 LOCK   := requirements.lock
 PORT   ?= 8888
 NBVAL  := --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with tests/nbval_sanitize.cfg
@@ -23,18 +39,28 @@ help:
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(install_torch)
 	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[course,dev,book]"
-	@touch $(STAMP)
+	@touch $(STAMP) $(COURSE)
+
+$(COURSE): pyproject.toml $(LOCK)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(install_torch)
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[course]"
+	@touch $(COURSE)
 
 venv: $(STAMP)
 
 # jupyter-config/ hides nbgrader's menus from learners (nbgrader is only a dev dependency) and
 # JupyterLab's news prompt; nothing asks the internet for news or updates (lab/settings/overrides.json).
-# Token authentication stays on: open the link with ?token=... that JupyterLab prints.
-lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-config" $(BIN)/jupyter lab \
+# Token authentication stays on: open the link with ?token=... that JupyterLab prints; it lands on
+# lesson 00 (LabApp.default_url), and .venv/bin leads PATH, so posenc-grade runs in JupyterLab's terminal.
+# LAB_ARGS adds JupyterLab options (e.g. --no-browser).
+lab: $(COURSE)
+	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-config" $(BIN)/jupyter lab \
 		--ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
-		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_welcome.ipynb
+		--LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

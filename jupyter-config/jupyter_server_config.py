@@ -14,3 +14,9 @@ c = get_config()  # noqa: F821 (defined by the config loader)
 c.LabApp.app_settings_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab", "settings")
 c.LabApp.news_url = None
 c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
+
+# JupyterLab's terminal runs the shell as it is, not as a login shell. Started without a terminal
+# (from a script, an IDE, a service), jupyter_server_terminals would run `$SHELL -l`, and
+# /etc/profile would reset PATH, dropping .venv/bin, which `make lab` puts first so that
+# `posenc-grade` runs in that terminal (tests/test_make_lab.py types it there).
+c.ServerApp.terminado_settings = {"shell_command": [os.environ.get("SHELL") or "/bin/sh"]}
