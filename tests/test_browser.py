@@ -330,6 +330,13 @@ def _clear_outputs(page) -> None:
     page.locator('.lm-Menu-item[data-command="editmenu:clear-all"]').click()
 
 
+def _run_all_cells(page) -> None:
+    """Clear the stored outputs, then Run > Run All Cells, as a learner would (tests/test_hub.py)."""
+    _clear_outputs(page)
+    page.locator(".lm-MenuBar-item", has_text="Run").click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+
 def _run_cells(page, name: str, run: list[int], imports: list[str]) -> None:
     for k in run:
         problem = page.evaluate(RUN_CELL_JS, [k, RUN_TIMEOUT_S * 1000])
