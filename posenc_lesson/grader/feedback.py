@@ -22,9 +22,11 @@ e-mail or the LMS, or on a hub copy ``feedback/<student>.html`` into that learne
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from .class_report import STYLE, esc
+from .errors import printable
 from .report import Graded, format_number, write_atomic
 from .submissions import safe_name
 
@@ -50,7 +52,7 @@ def _notebook(row: Graded) -> str:
     tasks = []
     for t in row.tasks:
         verdict = "full marks" if t.score >= t.max_score else "not yet"
-        feedback = esc(t.feedback).replace("\n", "<br>\n")
+        feedback = html.escape(printable(t.feedback, lines=True), quote=True).replace("\n", "<br>\n")
         tasks.append(f'<tr data-task="{esc(t.id)}" data-score="{format_number(t.score)}"><th scope="row">'
                      f"<code>{esc(t.id)}</code> {esc(t.name)}</th><td>{format_number(t.score)} / "
                      f"{t.max_score} ({verdict})</td><td>{feedback or '-'}</td></tr>")
