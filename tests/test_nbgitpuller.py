@@ -62,6 +62,30 @@ def test_link_tool_prints_the_link_from_the_command_line():
     assert "urlpath=lab%2Ftree%2Fposenc-lesson%2Fnotebooks%2F01_permutation_equivariance.ipynb" in out
 
 
+@pytest.mark.parametrize("args, names", [
+    (["hub.example.org", "https://github.com/org/posenc-lesson"], "hub_url"),
+    (["https://hub.example.org", "github.com/org/posenc-lesson"], "repo"),
+    (["https://hub.example.org", "https://github.com/org/posenc-lesson",
+      "--notebook", "notebooks/99_x.ipynb"],
+     "notebook"),
+])
+def test_link_tool_refuses_a_bad_url_or_a_missing_notebook_in_one_line(args, names):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "nbgitpuller_link.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"nbgitpuller_link: {names} must"), done.stderr
+
+
+def test_link_tool_links_the_learners_release_and_warns_about_main():
+    tool = [sys.executable, str(ROOT / "tools" / "nbgitpuller_link.py"), "https://hub.example.org",
+            "https://github.com/org/posenc-lesson"]
+    default = subprocess.run(tool, capture_output=True, text=True, check=True, timeout=60)
+    assert "branch=learners&" in default.stdout and default.stderr == ""
+    main = subprocess.run([*tool, "main"], capture_output=True, text=True, check=True, timeout=60)
+    assert "branch=main&" in main.stdout and "solutions/" in main.stderr
+
+
 def _answer(nb_path: Path, code: str) -> None:
     """A learner's edit: their code in the first solution cell of an exercise notebook."""
     nb = json.loads(nb_path.read_text())

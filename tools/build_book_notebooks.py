@@ -312,8 +312,9 @@ def live_links(rel: str, config: Path = RUN_LIVE) -> list[tuple[str, str]]:
     live = tomllib.loads(config.read_text()) if config.is_file() else {}
     links = []
     if live.get("hub_url") and live.get("repository"):
-        links.append(("on the course's JupyterHub", pull_link(live["hub_url"], live["repository"],
-                                                              live.get("branch") or "main", notebook=rel)))
+        branch = live.get("branch") or "learners"  # the learners' release (tools/make_release.py)
+        links.append(("on the course's JupyterHub", pull_link(live["hub_url"], live["repository"], branch,
+                                                              notebook=rel)))
     if live.get("binder_url"):
         links.append(("on Binder", f"{live['binder_url'].rstrip('/')}?urlpath={quote(f'lab/tree/{rel}')}"))
     return links
