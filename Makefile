@@ -26,11 +26,12 @@ LOCK   := requirements.lock
 PORT   ?= 8888
 NBVAL  := --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint test-lib test-notebooks exercises experiments bench book clean help
+.PHONY: lab test test-quick lint test-lib test-notebooks exercises experiments bench book clean help
 
 help:
 	@echo "make lab          open the course in JupyterLab (http://127.0.0.1:$(PORT), token login)"
 	@echo "make test         lint, then the library tests and every notebook through nbval, in one session"
+	@echo "make test-quick   lint and the library's and grader's quick tests: no notebooks, browsers or servers (~2 min)"
 	@echo "make lint         ruff check"
 	@echo "make exercises    regenerate exercises/ from solutions/"
 	@echo "make experiments  rerun the labs (length extrapolation, context extension, resolution) and rewrite their CSVs"
@@ -66,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Under test, the labs train their documented smaller versions (POSENC_FAST=1); `make lab` runs the full ones.
-test test-lib test-notebooks: export POSENC_FAST = 1
+test test-lib test-notebooks test-quick: export POSENC_FAST = 1
 
 test-lib: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile $(PYTEST_ARGS) tests
@@ -75,10 +76,17 @@ test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile $(PYTEST_ARGS) notebooks solutions
 
 # One session for the library's tests and the notebooks: the two workers stay busy to the end
-# (tests/conftest.py deals the slowest files first).
+# (tests/conftest.py deals the slowest files first). It prints the 15 slowest tests and files.
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile $(PYTEST_ARGS) tests notebooks solutions
+	$(BIN)/python -m pytest -q -rs $(NBVAL) -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS) \
+		tests notebooks solutions
+
+# The contributor's loop: lint, then every test file not marked slow in tests/conftest.py (no
+# notebooks, browsers, servers or sandboxed gradings). make test still checks everything.
+test-quick: $(STAMP)
+	$(MAKE) --no-print-directory lint
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile -m "not slow" $(PYTEST_ARGS) tests
 
 exercises: $(STAMP)
 	$(BIN)/python tools/make_exercises.py

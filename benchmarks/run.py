@@ -16,6 +16,7 @@ It writes benchmarks/README.md (the report) and benchmarks/*.png (its plots):
        throughput of posenc-grade --jobs 2.
     7. The website: `make book` into a fresh folder and again with nothing changed, the site's
        total size and its explorer frames' (section 6 is the sizing of tools/measure_sizing.py).
+    8. `make test` itself: its wall and CPU time, and each test file's (benchmarks/suite.py).
 
 Every time is the median of repeated runs; the implementations of one table are timed in
 turn, round after round, so that a slow moment of the machine hits them all alike and the
@@ -62,6 +63,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import baseline  # noqa: E402
+from suite import bench_suite, suite_section  # noqa: E402
 
 from posenc_lesson import (  # noqa: E402
     alibi_bias,
@@ -675,6 +677,8 @@ def write_report(res: dict, path: Path) -> None:
     book = res.get("book")
     if book:  # section 7
         lines.extend(book_section(book))
+    if res.get("suite"):  # section 8 (benchmarks/suite.py)
+        lines.extend(suite_section(res["suite"]))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -758,7 +762,7 @@ def rope_notes(rope: dict) -> str:
         "is not worth it for a teaching library; the fused column is what a deployment would do.\n")
 
 
-SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "sizing", "book")
+SECTIONS = ("rope", "alibi", "sinusoidal", "notebooks", "lm_lab", "grading", "sizing", "book", "suite")
 
 
 def main() -> None:
@@ -769,7 +773,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=0, help="timing rounds per row (default 11, quick 5)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip", default="", help="comma list of sections to skip: "
-                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing,book")
+                        "rope,alibi,sinusoidal,notebooks,lm_lab,grading,sizing,book,suite")
     parser.add_argument("--only", default="", help="comma list of the only sections to run (the others "
                         "skipped), e.g. --only grading --out /tmp/bench.md")
     parser.add_argument("--measured", type=Path, default=HERE / "measured.json",
@@ -784,7 +788,7 @@ def main() -> None:
     if args.only:
         skip |= set(SECTIONS) - set(args.only.split(","))
     if args.quick:
-        skip |= {"notebooks", "lm_lab", "grading", "book"}
+        skip |= {"notebooks", "lm_lab", "grading", "book", "suite"}
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -819,6 +823,8 @@ def main() -> None:
         res["sizing"] = __import__("measure_sizing").markdown()
     if "book" not in skip:
         res["book"] = bench_book(args, log)
+    if "suite" not in skip:  # last: the whole of `make test`, the longest section
+        res["suite"] = bench_suite(args, log)
     res["machine"] = machine()
     res["total_s"] = time.perf_counter() - start
     write_report(res, args.out)

@@ -35,12 +35,112 @@ SLOW_FIRST = {
 }
 
 
+# `make test-quick` leaves out what is marked slow: the notebooks, the browser tests, and these
+# files (each runs kernels, servers, sandboxed gradings or builds, for more than a few seconds;
+# make test's summary of the slowest files shows which others belong here).
+SLOW = set(SLOW_FIRST) | {
+    "test_grader_limits.py", "test_sandbox.py",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out of `make test-quick` (tests/conftest.py: SLOW)")
+    config.addinivalue_line("markers", "browser: drives Chromium (tests/test_browser.py, test_book.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
 def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        if item.path.suffix == ".ipynb" or item.path.name in SLOW or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -SLOW_FIRST.get(item.path.name, 0))  # stable: ties keep their order
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """nbval starts a notebook's kernel with this process's environment: a learner's kernel draws
-    inline, so no backend a test chose (MPLBACKEND=Agg) may reach it."""
+    inline, so no backend a test chose (MPLBACKEND=Agg) may reach it. (And the CPU clock of the
+    test's setup starts here, before its fixtures: see pytest_runtest_makereport.)"""
+    item._cpu_mark = _cpu_s()
     if item.path.suffix == ".ipynb":
         os.environ.pop("MPLBACKEND", None)
+
+
+# ---- no lesson cell writes to stderr or prints a traceback ---------------------------------------
+# nbval compares a cell's outputs with the stored ones, but not in cells tagged nbval-ignore-output,
+# and it does not tell stdout from stderr. A lesson that warns or prints a traceback there would
+# pass; JupyterLab would show it to a learner. tests/test_browser.py no longer runs every cell, so
+# the check is made here, on the outputs nbval's run produced (each lesson's cells run once).
+
+def _lesson_cell_problems(outputs) -> list[str]:
+    problems = []
+    for out in outputs or []:
+        text = out.get("text") or "".join(str(v) for v in out.get("data", {}).values()
+                                          if isinstance(v, str))
+        if out.get("output_type") == "error" or (out.get("output_type") == "stream"
+                                                  and out.get("name") == "stderr"):
+            problems.append(f"{out.get('name') or out.get('ename')}: {text[:500]}")
+        elif "Traceback (most recent call last)" in text:
+            problems.append(f"a traceback in the output: {text[:500]}")
+    return problems
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield  # a cell that raised has failed already
+    if item.path.suffix == ".ipynb" and item.path.parent.name == "notebooks":
+        problems = _lesson_cell_problems(getattr(item, "test_outputs", None))
+        if problems:
+            pytest.fail(f"{item.name} wrote to stderr or printed a traceback (a learner sees it in "
+                        f"JupyterLab): " + "; ".join(problems), pytrace=False)
+    return result
+
+
+# ---- where the time goes: the slowest files, by wall and CPU time ---------------------------------
+# Every test phase's CPU time (this process and the children it waited for: kernels, servers,
+# browsers) rides on its report as a user property, so the process that prints the summary (xdist's
+# controller, or the only process) adds up wall and CPU seconds per file. A fixture's cost counts
+# for the file that first asks for it. POSENC_TEST_TIMES=path also writes them there as JSON
+# (benchmarks/run.py's suite section reads it).
+
+def _cpu_s() -> float:
+    import resource
+
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    before = getattr(item, "_cpu_mark", None)
+    now = _cpu_s()
+    outcome = yield
+    if before is not None:
+        outcome.get_result().user_properties.append(("cpu_s", round(now - before, 3)))
+    item._cpu_mark = now
+
+
+_FILE_TIMES: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker's own copy: xdist's controller adds up what the workers report
+    entry = _FILE_TIMES.setdefault(report.nodeid.split("::")[0], {"wall_s": 0.0, "cpu_s": 0.0, "tests": 0})
+    entry["wall_s"] += report.duration
+    entry["cpu_s"] += dict(report.user_properties).get("cpu_s", 0.0)
+    entry["tests"] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FILE_TIMES:
+        return
+    slowest = sorted(_FILE_TIMES.items(), key=lambda kv: -kv[1]["wall_s"])[:15]
+    terminalreporter.write_sep("=", "slowest 15 files (wall s, CPU s: the test process and its children)")
+    for path, t in slowest:
+        terminalreporter.write_line(f"{t['wall_s']:8.1f}  {t['cpu_s']:8.1f}  {t['tests']:5d} tests  {path}")
+    if os.environ.get("POSENC_TEST_TIMES"):
+        import json
+
+        with open(os.environ["POSENC_TEST_TIMES"], "w") as f:
+            json.dump(_FILE_TIMES, f, indent=1, sort_keys=True)
