@@ -11,9 +11,11 @@ source under a new name, or reads files. ``scan`` reads each solution cell a sub
     introspection   sys.modules, sys._getframe, gc, inspect, vars() / globals() / locals(),
                     a frame's or a function's insides (__closure__, __code__, __globals__,
                     __wrapped__, __dict__, f_back, tb_frame, ...), get_ipython, getattr with a
-                    computed name
-    dynamic-code    exec, eval, compile, __import__, importlib, runpy, marshal, pickle, types,
-                    torch.jit, torch.compile
+                    computed name, and its likes (operator.attrgetter, methodcaller,
+                    itemgetter) unless called at once on constants, repr() / str() / format()
+                    of a module (it names the module's file)
+    dynamic-code    exec, eval, compile, __import__ (called, or only named: ``run = exec``),
+                    importlib, runpy, marshal, pickle, types, torch.jit, torch.compile
     files           open(), pathlib, io, shutil, glob, tempfile, nbformat, torch.load / save and
                     numpy's loaders, paths such as /proc, /etc, /dev, solutions/ or *.ipynb
     process         os, subprocess, signal, socket, threading, _thread, multiprocessing,
@@ -21,7 +23,9 @@ source under a new name, or reads files. ``scan`` reads each solution cell a sub
     patching        an assignment, del or setattr on an attribute of a module or of anything
                     the cell did not create itself (torch.allclose = ..., builtins.x = ...)
     watch           sys.setprofile / settrace, sys.monitoring, torch function modes
-                    (TorchFunctionMode, __torch_function__, DisableTorchFunction), audit hooks
+                    (TorchFunctionMode, __torch_function__, DisableTorchFunction) and torch's mode
+                    stacks (_pop_torch_function_stack, _pop_mode, ..., or a string naming them),
+                    audit hooks
     private         a private name of a module or a library (torch._C, rope._angles), outside
                     self / cls
 
@@ -81,10 +85,19 @@ _CALLS = {"exec": "dynamic-code", "eval": "dynamic-code", "compile": "dynamic-co
           "__import__": "dynamic-code", "breakpoint": "introspection", "open": "files",
           "globals": "introspection", "locals": "introspection", "vars": "introspection",
           "get_ipython": "introspection", "setattr": "patching", "delattr": "patching"}
+_MODE_STACK = ("_pop_torch_function_stack", "_push_on_torch_function_stack", "_len_torch_function_stack",
+               "_get_function_stack_at", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack",
+               "_len_torch_dispatch_stack", "_get_dispatch_stack_at", "_pop_mode", "_push_mode",
+               "_pop_mode_temporarily", "_get_current_function_mode_stack", "_set_torch_function_mode")
+_STACK_WORDS = ("function_stack", "dispatch_stack", "torch_function", "_pop_mode", "_push_mode")  # in strings
+_GETTERS = ("operator.attrgetter", "operator.methodcaller", "operator.itemgetter")  # getattr's likes
+_DYNAMIC = ("exec", "eval", "compile", "__import__")  # flagged when only named, too
+_SETUP_MODULES = ("torch", "viz", "math", "nn", "F", "np", "pl", "posenc_lesson")  # the setup cells' names
 _ATTRS = {  # attribute name -> kind, whatever it is taken from
     **dict.fromkeys(("setprofile", "settrace", "getprofile", "gettrace", "monitoring", "addaudithook",
                      "TorchFunctionMode", "TorchDispatchMode", "__torch_function__", "__torch_dispatch__",
-                     "DisableTorchFunction", "DisableTorchFunctionSubclass", "overrides"), "watch"),
+                     "DisableTorchFunction", "DisableTorchFunctionSubclass", "overrides", *_MODE_STACK),
+                    "watch"),
     **dict.fromkeys(("_getframe", "_current_frames", "meta_path", "path_hooks", "path_importer_cache",
                      "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame",
                      "tb_next", "gi_frame", "cr_frame", "ag_frame", "gi_code", "co_code", "co_consts",
@@ -209,6 +222,7 @@ class _Reader(ast.NodeVisitor):
             elif isinstance(node, ast.arg):
                 self.bound.add(node.arg)
         self.bound -= set(self.modules)
+        self.called_on_constants: set[int] = set()  # getter references called at once on constants
         self.visit(tree)
 
     def add(self, kind: str, node: ast.AST, what: str) -> None:
@@ -243,7 +257,29 @@ class _Reader(ast.NodeVisitor):
             if alias.name in _INTERNALS:
                 self.add("grading", node, alias.name)
 
+    def _getter(self, node: ast.AST, full: str) -> None:
+        if full in _GETTERS and id(node) not in self.called_on_constants:
+            self.add("introspection", node, f"{full.split('.')[-1]} with a computed name, or passed on")
+
+    def _is_module(self, node: ast.AST) -> bool:
+        """Whether ``node`` names a module: one the cell imports (or an attribute of one, uncalled),
+        or a module the course's setup cells import."""
+        root = _root(node)
+        if not isinstance(root, ast.Name) or root.id in self.bound or any(
+                isinstance(n, ast.Call) for n in ast.walk(node)):
+            return False
+        return root.id in self.modules or (node is root and root.id in _SETUP_MODULES)
+
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
+        if self._is_module(node.value):
+            self.add("introspection", node, "a module in an f-string (it names the module's file)")
+        self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and node.id in _DYNAMIC and node.id not in self.bound:
+            self.add("dynamic-code", node, node.id)
+        if node.id in self.modules:
+            self._getter(node, self.modules[node.id])
         if node.id in _INTERNALS:
             self.add("grading", node, node.id)
         elif node.id.startswith("__") and node.id.endswith("__") and node.id not in _SAFE_DUNDERS:
@@ -268,10 +304,29 @@ class _Reader(ast.NodeVisitor):
             self.add("private", node, full or attr)
         if module:
             self._module_kind(full, node)
+            self._getter(node, full)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        args = [*node.args, *(k.value for k in node.keywords)]
+        constants = [a for a in args if isinstance(a, ast.Constant)]
+        root = _root(func)
+        full = self.modules.get(root.id, "") + _dotted(func)[len(root.id):] \
+            if isinstance(root, ast.Name) and root.id in self.modules else ""
+        if len(constants) == len(args) and full in _GETTERS:
+            self.called_on_constants.add(id(func))
+            for arg in constants:  # attrgetter("a.b"): each name read as an attribute would be
+                if isinstance(arg.value, str):
+                    for part in arg.value.split("."):
+                        self._attr_name(part, node)
+                        if part.startswith("_") and not part.startswith("__"):
+                            self.add("private", node, part)
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name in ("repr", "str", "format", "ascii", "__repr__", "__str__", "__format__") and (
+                any(self._is_module(a) for a in node.args) or
+                isinstance(func, ast.Attribute) and name != "format" and self._is_module(func.value)):
+            self.add("introspection", node, f"{name}() of a module (it names the module's file)")
         if isinstance(func, ast.Name) and func.id in _CALLS:
             first = node.args[0] if node.args else None
             on_self = isinstance(first, ast.Name) and first.id in ("self", "cls")
@@ -304,6 +359,8 @@ class _Reader(ast.NodeVisitor):
                 self.add("grading", node, repr(text[:40]))
             elif any(p in text for p in _PATHS):
                 self.add("files", node, repr(text[:40]))
+            elif any(w in text for w in _STACK_WORDS):
+                self.add("watch", node, repr(text[:40]))
             elif text.startswith("__") and text.endswith("__") and text not in _SAFE_DUNDERS:
                 self.add("introspection", node, repr(text[:40]))
 

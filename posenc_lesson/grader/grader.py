@@ -29,7 +29,7 @@ from .errors import InfrastructureError, capped, short
 from .flags import scan
 from .kernel import KERNEL_START_TIMEOUT, Kernel, Reply, Zygote, use_zygote
 from .key import drawn_seed
-from .outputs import read_outputs
+from .outputs import quote_markers, read_outputs, refusal_text
 from .plan import Exercise, Plan, Step, make_plan
 from .report import Graded, TaskResult
 from .sandbox import Spec
@@ -273,9 +273,7 @@ class Grader:
         finally:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-        why = saved.get("refused") if isinstance(saved, dict) else None
-        why = why if isinstance(why, str) else "something other than the grader wrote the task's outputs"
-        return self._zero(task_id, f"not tested: {why[:1000]}", "generic.forbidden_call"), False
+        return self._zero(task_id, f"not tested: {refusal_text(saved)}", "generic.forbidden_call"), False
 
     def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, cell_notes: dict[int, str],
               deadline: float, cell_ids: dict[int, str]) -> tuple[TaskResult, bool]:
@@ -318,9 +316,8 @@ class Grader:
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: its outputs could not be read "
                                        f"({short(exc)})", "generic.test_failed"), False
-        if isinstance(saved, dict) and isinstance(saved.get("refused"), str):
-            why = f"not tested: {saved['refused'][:1000]}"
-            return self._zero(task_id, why, "generic.forbidden_call"), False
+        if isinstance(saved, dict) and "refused" in saved:
+            return self._zero(task_id, f"not tested: {refusal_text(saved)}", "generic.forbidden_call"), False
         if not isinstance(saved, dict) or ("outputs" not in saved and "missing" not in saved):
             return self._zero(task_id, "testing your answer failed: its outputs are malformed",
                               "generic.test_failed"), False
@@ -331,8 +328,8 @@ class Grader:
             why = f"your notebook does not define {task.entry!r}: the solution cell must define it"
             return self._zero(task_id, why, "generic.missing_answer"), False
         try:
-            points, max_points, feedback, mistake, per_case = self.checks.assess(task_id, saved["outputs"],
-                                                                                 cases)
+            points, max_points, feedback, mistake, per_case = self.checks.assess(
+                task_id, quote_markers(saved["outputs"]), cases)
         except Exception as exc:
             return self._zero(task_id, f"testing your answer failed: could not score its outputs "
                                        f"({short(exc)})", "generic.judge_failed"), False

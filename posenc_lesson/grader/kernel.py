@@ -22,29 +22,17 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import cgroup, sandbox
+from . import cgroup, channel, sandbox
+from .channel import Reply
 from .errors import InfrastructureError, first_line, short
 from .zygote import SETUP_TIMEOUT
 
 KERNEL_START_TIMEOUT = 60.0
 INTERRUPT_GRACE = 3.0  # seconds a cell gets to stop after SIGINT before its kernel is killed
 STOP_TIMEOUT = 5.0  # seconds closing a kernel's sockets, or a zygote's exit, may take before we move on
-
-
-@dataclass
-class Reply:
-    status: str  # "ok" | "error" | "timeout" | "died"
-    error: str = ""  # "Type: message" for "error"; for "died", what Linux says killed it (or "")
-    killed: bool = False  # the kernel had to be killed (it is gone)
-    notebook_limit: bool = False  # the per-notebook limit, not the per-cell one, was hit
-
-    @property
-    def kernel_gone(self) -> bool:
-        return self.status == "died" or self.killed
 
 
 _LIVE_KERNELS: set[Kernel] = set()
@@ -181,6 +169,7 @@ class Kernel:
         self.outside = workdir  # the kernel's folder, as the grader reaches it
         self.inside = str(workdir)  # the same, as the kernel names it
         self.groups: list[str] = []  # its cgroups (sandboxed, where the machine has them)
+        self.cut_off: channel.CutOff | None = None  # sees a message over channel.MAX_FRAME
 
     def path(self, name: str) -> tuple[str, Path]:
         """A file in the kernel's folder: (the name the kernel uses, the path the grader uses).
@@ -213,7 +202,9 @@ class Kernel:
                 self._fork()
             else:
                 self._launch()
+            self.kc.context = channel.context()  # capped frames (channel); before any socket exists
             self.kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+            self.cut_off = channel.CutOff(self.kc.shell_channel.socket)
             reply = self._wait(self.kc.kernel_info(), time.monotonic() + KERNEL_START_TIMEOUT)
         except Exception as exc:
             self.kill()
@@ -334,8 +325,9 @@ class Kernel:
                 with contextlib.suppress(OSError):
                     os.kill(self.pid, signum)
 
-    def _wait(self, msg_id: str, until: float) -> dict | None:
-        """The shell reply to ``msg_id``, or None if the kernel dies or ``until`` passes."""
+    def _wait(self, msg_id: str, until: float, capped: bool = False) -> dict | None:
+        """The shell reply to ``msg_id``, or None if the kernel dies or ``until`` passes (or,
+        ``capped``, once ZeroMQ cut it off for a frame over ``channel.MAX_FRAME``)."""
         while True:
             left = until - time.monotonic()
             if left <= 0 or _STOP.is_set():
@@ -343,7 +335,7 @@ class Kernel:
             try:
                 msg = self.kc.get_shell_msg(timeout=min(0.2, left))
             except queue.Empty:
-                if not self.alive():
+                if not self.alive() or capped and self.cut_off is not None and self.cut_off.happened():
                     return None
                 continue
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
@@ -352,10 +344,15 @@ class Kernel:
     def run(self, code: str, timeout: float, deadline: float) -> Reply:
         """Execute ``code``; stop it after ``timeout`` s or at ``deadline`` (monotonic)."""
         until = min(time.monotonic() + timeout, deadline)
+        if self.cut_off is not None:
+            self.cut_off.happened(True)  # what the connection went through before this cell is not its doing
         msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False,
                                  stop_on_error=False)
-        reply = self._wait(msg_id, until)
+        reply = self._wait(msg_id, until, capped=True)
         at_notebook_limit = time.monotonic() >= deadline
+        if reply is None and self.cut_off is not None and self.cut_off.happened(True):
+            self.kill()  # it sent more than the grader reads: as if it had crashed
+            return Reply("died", channel.TOO_LARGE)
         if reply is None and not self.alive():
             return Reply("died", self.why_dead())
         if reply is None:
@@ -389,6 +386,8 @@ class Kernel:
         if self.groups:  # every process in them, however it left the process group
             cgroup.kill_now(self.groups)
             self.groups = []
+        if self.cut_off is not None:
+            self.cut_off.close()
         if self.kc is not None:
             closing = threading.Thread(target=_quietly, args=(self.kc.stop_channels,), daemon=True)
             closing.start()

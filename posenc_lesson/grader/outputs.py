@@ -6,17 +6,21 @@ members are stored uncompressed and take at most as much once read (``archive``,
 torch.load sees it), and what it holds must be plain data of bounded size (``check_plain``):
 dense strided CPU tensors whose storage holds every element (no sparse, nested, quantized or
 meta tensor, no stride-0 view that would become N² elements when used), at most MAX_ELEMENTS
-elements in all, nested at most MAX_DEPTH deep.
+elements in all, nested at most MAX_DEPTH deep. What the learner's code named (a class, a
+thread) reaches the feedback only quoted (``quote_markers``, ``refusal_text``).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
+from ..harness.alone import reason
+from ..harness.in_kernel import learner_text
 from .archive import check_archive
 from .submissions import READ_FLAGS
 
@@ -101,3 +105,37 @@ def _check_tensor(t: Any, budget: dict[str, int]) -> None:
     budget["elements"] -= numel
     if budget["elements"] < 0:
         raise ValueError(f"they hold more than {MAX_ELEMENTS} tensor elements")
+
+
+# A name the grader may print as it is: a dotted name ("posenc_lesson.rope.apply_rope", "os.fork",
+# "ctypes.dlopen"), nothing that could hold a sentence
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
+
+
+def quote_markers(value: Any, depth: int = 0) -> Any:
+    """A kernel's outputs with the text the learner's code chose quoted as theirs (``learner_text``)
+    before a judge words its feedback from them: a class name ({"type": ...}) always, a recorded
+    call ({"forbidden": ...}) unless it is a plain dotted name. Answers (strings a judge compares)
+    and error markers (which the judges quote) are left as they are."""
+    if depth > MAX_DEPTH:
+        return value
+    if isinstance(value, list):
+        return [quote_markers(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"type"} and isinstance(value["type"], str):
+            return {"type": learner_text(value["type"])}
+        if set(value) == {"forbidden"} and isinstance(value["forbidden"], str) and \
+                not (len(value["forbidden"]) <= 200 and _NAME.fullmatch(value["forbidden"])):
+            return {"forbidden": learner_text(value["forbidden"])}
+        return {k: quote_markers(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def refusal_text(saved: Any) -> str:
+    """The grader's own sentence for a kernel's {"refused": ...} (``alone.refusal``'s data, the
+    thread names quoted), or a plain note when it is anything else: a forged file's words never
+    reach the feedback."""
+    try:
+        return reason(saved["refused"], learner_text)
+    except (KeyError, TypeError, ValueError):
+        return "something other than the grader wrote the task's outputs"

@@ -132,19 +132,31 @@ def stop_processes(wait: float = 2.0) -> None:
             time.sleep(0.01)
 
 
-def refusal() -> str | None:
-    """REASON filled in, or None when the learner left nothing running (processes are stopped
-    first: ``stop_processes``)."""
+def refusal() -> dict | None:
+    """{"threads": names, "processes": pids} of what the learner left running, or None when
+    nothing (processes are stopped first: ``stop_processes``). Data, not a sentence: the names
+    are the learner's, and the grader writes the sentence (``reason``), quoting them."""
     stop_processes()
     threads, pids = intruders()
     if not threads and not pids:
         return None
+    return {"threads": threads[:5], "processes": pids[:5], "counts": [len(threads), len(pids)]}
+
+
+def reason(refused: dict, quote: Any) -> str:
+    """REASON filled in from ``refusal()``'s data, each thread's name passed through ``quote``
+    (the grader's ``learner_text``); raises ValueError for anything else (a forged file)."""
+    threads, pids, (n_threads, n_pids) = refused["threads"], refused["processes"], refused["counts"]
+    if not (all(isinstance(t, str) for t in threads) and all(type(p) is int for p in pids)
+            and type(n_threads) is int and type(n_pids) is int and n_threads + n_pids > 0):
+        raise ValueError("not a refusal")
+    threads = [quote(t) for t in threads]
     parts = []
     if threads:
-        parts.append(f"{len(threads)} thread{'s' * (len(threads) > 1)}: {', '.join(threads[:5])}")
+        parts.append(f"{n_threads} thread{'s' * (n_threads > 1)}: {', '.join(threads)}")
     if pids:
-        parts.append(f"{len(pids)} process{'es' * (len(pids) > 1)}: pid {', '.join(map(str, pids[:5]))}")
-    kinds = ("a thread" if len(threads) == 1 else "threads" if threads else "",
-             "a process" if len(pids) == 1 else "processes" if pids else "")
+        parts.append(f"{n_pids} process{'es' * (n_pids > 1)}: pid {', '.join(map(str, pids))}")
+    kinds = ("a thread" if n_threads == 1 else "threads" if n_threads else "",
+             "a process" if n_pids == 1 else "processes" if n_pids else "")
     what = " and ".join(k for k in kinds if k)
     return REASON.format(what=what, names="; ".join(parts))
