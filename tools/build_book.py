@@ -40,7 +40,7 @@ from pathlib import Path
 
 import nbformat
 from build_book_explorers import render_frames
-from build_book_notebooks import execute, prepare_notebook, relink, title
+from build_book_notebooks import clone_url, execute, prepare_notebook, relink, title
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -127,9 +127,10 @@ def readme_sections(text: str) -> dict[str, str]:
 
 
 def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide: str = "",
-                 how_to: str = "") -> tuple[str, str]:
+                 how_to: str = "", clone: str = "") -> tuple[str, str]:
     """index.md (README's overview and lessons in order, the conventions of docs/lessons.md, given
-    as guide) and exercises/index.md (docs/exercises.md, given as how_to)."""
+    as guide, and where to get the course: clone, book/run_live.toml's repository) and
+    exercises/index.md (docs/exercises.md, given as how_to)."""
     sections = readme_sections(readme)
     conventions = readme_sections(guide).get("Conventions")
     if "The lessons" not in sections or not sections[""].startswith("# "):
@@ -146,7 +147,10 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide:
         return target if path in set(lessons) | set(exercises) else None
 
     lesson_list = re.sub(r"\*\*(\d\d) · ([^*]+)\*\*", link_lesson, sections["The lessons"])
-    parts = [sections[""], "## The lessons\n", lesson_list]
+    parts = [sections[""]]
+    if clone:
+        parts.append(f"**Get the course:** `git clone {clone}`, then `make lab` in its folder.\n")
+    parts += ["## The lessons\n", lesson_list]
     parts.append("Every lesson has a page here, rendered from the outputs stored in the notebook; an "
                  "explorer's controls redraw its figure on the page too, without a kernel (from frames "
                  "drawn by the course's library when the site was built, a few values per control). The "
@@ -193,7 +197,7 @@ def assemble(src: Path, execute_lessons: bool) -> list[Path]:
     docs = {name: (ROOT / "docs" / name).read_text() if (ROOT / "docs" / name).exists() else ""
             for name in ("lessons.md", "exercises.md")}
     index, ex_index = landing_page((ROOT / "README.md").read_text(), lessons, exercises,
-                                   docs["lessons.md"], docs["exercises.md"])
+                                   docs["lessons.md"], docs["exercises.md"], clone_url())
     _write(src / "index.md", index, written)
     _write(src / "exercises" / "index.md", ex_index, written)
     for path in lessons + exercises:

@@ -302,6 +302,19 @@ def static_widgets(nb: nbformat.NotebookNode, stem: str = "") -> None:
 RUN_LIVE = ROOT / "book" / "run_live.toml"  # the one place the "run it live" links are set
 
 
+def clone_url(config: Path = RUN_LIVE) -> str:
+    """Where to get the course: book/run_live.toml's `repository` (the one place it is set), or ""."""
+    import tomllib
+
+    return (tomllib.loads(config.read_text()) if config.is_file() else {}).get("repository", "").strip()
+
+
+def _get_it(config: Path) -> str:
+    """How a page says to get the course: with the clone URL where one is set."""
+    url = clone_url(config)
+    return f"clone the course (`git clone {url}`)" if url else "clone the course"
+
+
 def live_links(rel: str, config: Path = RUN_LIVE) -> list[tuple[str, str]]:
     """The "run it live" links of a lesson, [(where, url)], from book/run_live.toml (none unset)."""
     import tomllib
@@ -326,7 +339,7 @@ def run_note(rel: str, kind: str, partner: str | None, live: Path = RUN_LIVE) ->
     if kind == "lesson":
         heading = "Run this lesson"
         text = (f"This page is the notebook `{rel}` with the outputs it stores. To run it yourself, "
-                "clone the course and type `make lab` in its folder (the first time, it creates `.venv` "
+                f"{_get_it(live)} and type `make lab` in its folder (the first time, it creates `.venv` "
                 f"and installs the pinned dependencies); JupyterLab opens, and you open `{rel}` from its "
                 "file browser and run the cells from the top with Shift+Enter. There the explorers' sliders "
                 "offer every value; on this page they step through the values drawn when the site was built.")
@@ -339,15 +352,16 @@ def run_note(rel: str, kind: str, partner: str | None, live: Path = RUN_LIVE) ->
     else:
         heading = "Work this exercise"
         text = (f"This page shows the exercise notebook `{rel}` as handed out: stubs, hints and check "
-                "cells, no solutions. To work it, type `make lab` in the course's folder, open "
+                f"cells, no solutions. To work it, {_get_it(live)}, type `make lab` in its folder, open "
                 f"`{rel}` from JupyterLab's file browser, run the setup cell, then replace each "
                 "`raise NotImplementedError(...)` line and run the check cell below it.")
         if partner:
             text += f" The lesson it practises: [{title(ROOT / partner[3:])}]({partner})."
     # a fixed id: nbformat's default is random, which changed every page's source at every build and
     # made Sphinx read and write the whole site again with nothing changed
-    return nbformat.v4.new_markdown_cell(f"```{{admonition}} {heading}\n:class: tip\n\n{text}\n```",
-                                         id="posenc-run-note")
+    # (class posenc-run-note: book.css shows its "run it live" links as buttons)
+    note = f"```{{admonition}} {heading}\n:class: tip posenc-run-note\n\n{text}\n```"
+    return nbformat.v4.new_markdown_cell(note, id="posenc-run-note")
 
 
 def prepare_notebook(path: Path, src: Path, published: set[Path],
