@@ -3,7 +3,8 @@ r"""Read any config: which position scheme is this, exactly? (describe_positions
 ``describe_positions(config)`` takes a checkpoint's config.json (a dict, in transformers 4's
 keys or transformers 5's ``rope_parameters``) or a transformers config object (anything with
 ``to_dict()``) and returns a PositionSpec: per layer the scheme ("rope", "nope", "alibi", "t5",
-"learned", "sinusoidal"); the RoPE layout ("half": pairs (i, i + d/2), rotate_half;
+"learned", "sinusoidal", "conv", "relative", or "none": a linear-attention or Mamba layer, a
+model without positions); the RoPE layout ("half": pairs (i, i + d/2), rotate_half;
 "interleaved": pairs (2i, 2i+1)) as transformers applies it; the rotated width; and, per layer,
 the frequencies and attention scale transformers' rotary module computes,
 
@@ -12,7 +13,13 @@ the frequencies and attention scale transformers' rotary module computes,
 
 equal to the module's inv_freq in float32 (tests/data/field_guide.json, recorded by
 tools/reference_field_guide.py from transformers' own config classes and rotary modules).
-The console script ``posenc-describe CONFIG.json [--json] [--seq-len N]`` prints the table.
+The 24 families of field_guide_families are read by hand-written rules; every other model type
+of transformers by the general rules of field_guide_types and the per-type data it ships
+(positions_data/model_types.json: tests/test_describe_all_types.py compares each with
+transformers; a type no rule reproduces is refused with the reason recorded). A config whose
+model_type transformers does not know is read by its ``architectures`` (Kimi-K2: DeepSeek-V3).
+The console script ``posenc-describe CONFIG.json|FOLDER [--json] [--seq-len N]`` prints the table
+(field_guide_cli).
 Taught in notebooks/12_field_guide.ipynb.
 """
 
@@ -353,7 +360,7 @@ def _describe_general(config: dict, model_type: str, entry: dict) -> PositionSpe
         extras["table_rows"] = types_.table_size(cfg, entry)
     if entry["scheme"] == "t5":
         extras["relative_attention_num_buckets"] = cfg.get("relative_attention_num_buckets")
-    for key in ("relative", "towers"):
+    for key in ("relative", "towers", "also"):
         if entry.get(key):
             extras[key] = entry[key]
     p = next((r for r in rope if r), None) or {}

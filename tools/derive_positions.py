@@ -99,9 +99,9 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     if scheme == "rope":
         rot = [v for v in (rotary or {}).values()]
         out["rotary"] = rot[0].get("buffers") if rot else None
-        kinds = text.get("layer_types") if len(text.get("layer_types") or []) == n else [None] * n
+        kinds = text.get("layer_types") if n and len(text.get("layer_types") or []) == n else [None] * n
         per = []
-        for layer, kind in zip(rec["layers"], kinds, strict=True):
+        for layer, kind in zip(rec.get("layers") or [], kinds, strict=True):
             rope = layer["rope"]
             if rope == "caller" or (rope is True and any(CALLER in m for m in layer["mixers"])):
                 # the decoder hands position_embeddings only to the layer types its rotary module serves
@@ -189,14 +189,22 @@ def entry_base(rec: dict) -> dict:
     rp = text.get("rope_parameters")
     if isinstance(rp, dict) and isinstance(rp.get("rope_theta"), (int, float)):
         defaults["_default_theta"] = rp["rope_theta"]
-    for key in ("layers_block_type", "hybrid_override_pattern", "attn_layer_indices", "attn_layer_period",
-                "attn_layer_offset"):
+    for key in (
+        "layers_block_type",
+        "hybrid_override_pattern",
+        "attn_layer_indices",
+        "attn_layer_period",
+        "attn_layer_offset",
+    ):
         if key in text:
             defaults[key] = text[key]
     types = {lt for v in (rec.get("rotary") or {}).values() for lt in (v.get("buffers") or {})} - {"None"}
     if types:
         defaults["_rope_types"] = sorted(types)
     entry = {"scheme": scheme_of(rec), "defaults": defaults}
+    also = sorted(set(rec.get("schemes") or {}) - {entry["scheme"]})
+    if also:  # e.g. SAM: a learned table and relative biases in its attention
+        entry["also"] = also
     if rec.get("text_key"):
         entry["text_key"] = rec["text_key"]
     if rec.get("towers"):

@@ -52,7 +52,8 @@ TOWER = re.compile(
 KEYS = re.compile(
     r"rope|rotary|position|pos_|_pos|theta|head_dim|hidden_size|num_attention_heads|n_head|n_embd|d_model|"
     r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
-    r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global"
+    r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global|"
+    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid"
 )
 
 
@@ -112,43 +113,88 @@ def layer_index(path: str) -> tuple[str, int] | None:
 MIXER = re.compile(r"attention|attn|mamba|mixer|deltanet|delta_net|linear_attn|conv|ssm|retention|rwkv", re.I)
 
 
+POS_PARAM = re.compile(
+    r"^(pos(ition)?(al)?_?(emb|embed|embedding|embeddings|encoding|enc)s?|absolute_pos_embed|"
+    r"pos_embed\w*|\w*position_embeddings?)$"
+)
+REL_PARAM = re.compile(r"relative_position_bias_table|rel_pos_[hwt]|r_w_bias|r_r_bias|rel_pos\w*|pos_bias\w*")
+
+
+def kind_of_module(path: str, mod: nn.Module) -> str | None:
+    name = type(mod).__name__
+    leaf = path.rsplit(".", 1)[-1]
+    if re.search(r"Rotary|Rope|RoPE", name) or "rotary" in leaf:
+        return "rope"
+    if "Sinusoid" in name or "sinusoid" in leaf:
+        return "sinusoidal"
+    if leaf in ("relative_attention_bias",) and isinstance(mod, nn.Embedding):
+        return "t5"
+    if "pos_conv" in leaf or ("Conv" in name and "Position" in name):
+        return "conv"
+    if isinstance(mod, nn.Embedding) and re.search(r"pos|wpe", leaf):
+        return "learned"
+    if re.search(
+        r"rel_embeddings|relative_position|r_w_bias|pos_bias|position_bias|distance_embedding", leaf
+    ) or (("Relative" in name or "RelPos" in name) and "Position" in name):
+        return "relative"
+    if re.search(r"Position(al)?(Embedding|Encoding)", name) and "Patch" not in name:
+        params = list(mod.parameters(recurse=False))  # a table it learns, or one it computes
+        return "learned" if params else "sinusoidal"
+    return None
+
+
 def classify_modules(model) -> dict:
-    """Position modules of the text stack and of the towers, found on the meta model."""
-    schemes: dict[str, list] = {}
-    towers: dict[str, str] = {}
-    rotary: dict[str, nn.Module] = {}
+    """Position modules and parameters of the text stack and of the towers, found on the meta model: a
+    module by its class and name, a parameter (ViT's position_embeddings) or buffer (a fixed table) by
+    its name. A model that is itself a tower (ViT, Pixtral) keeps its own."""
+    found: dict[bool, dict[str, list]] = {True: {}, False: {}}
+    rotary: dict[bool, dict[str, nn.Module]] = {True: {}, False: {}}
     for path, mod in model.named_modules():
-        name = type(mod).__name__
-        leaf = path.rsplit(".", 1)[-1]
-        kind = None
-        if "Rotary" in name or "rotary" in leaf or name.endswith("RoPE") or "RopeEmbedding" in name:
-            kind = "rope"
-        elif "Sinusoid" in name or "sinusoid" in leaf:
-            kind = "sinusoidal"
-        elif leaf in ("relative_attention_bias",) and isinstance(mod, nn.Embedding):
-            kind = "t5"
-        elif "pos_conv" in leaf or ("Conv" in name and "Position" in name):
-            kind = "conv"
-        elif isinstance(mod, nn.Embedding) and re.search(r"pos|wpe", leaf):
-            kind = "learned"
-        elif re.search(r"rel_embeddings|relative_position|r_w_bias|pos_bias|position_bias", leaf) or (
-            "Relative" in name and "Position" in name
-        ):
-            kind = "relative"
-        if kind is None:
+        tower = in_tower(path)
+        kind = kind_of_module(path, mod)
+        if kind is not None:
+            entry = {"path": path, "class": type(mod).__name__}
+            if kind == "learned":
+                weight = next(iter(mod.parameters(recurse=False)), None)
+                rows = getattr(mod, "num_embeddings", None) or (
+                    weight.shape[0] if weight is not None else None
+                )
+                entry["num_embeddings"] = int(rows) if rows is not None else None
+            if kind == "t5":
+                entry["num_buckets"] = mod.num_embeddings
+            found[tower].setdefault(kind, []).append(entry)
+            if kind == "rope":
+                rotary[tower][path] = mod
             continue
-        if in_tower(path):
-            towers.setdefault(path, f"{kind}:{name}")
-            continue
-        entry = {"path": path, "class": name}
-        if kind == "learned":
-            entry["num_embeddings"] = mod.num_embeddings
-        if kind == "t5":
-            entry["num_buckets"] = mod.num_embeddings
-        schemes.setdefault(kind, []).append(entry)
-        if kind == "rope":
-            rotary[path] = mod
-    return {"schemes": schemes, "towers": towers, "rotary": rotary}
+        for pname, tensor, is_param in [(n, t, True) for n, t in mod.named_parameters(recurse=False)] + [
+            (n, t, False) for n, t in mod.named_buffers(recurse=False)
+        ]:
+            full = f"{path}.{pname}" if path else pname
+            if POS_PARAM.match(pname) and "ids" not in pname:
+                kind = "learned" if is_param else "sinusoidal"
+                entry = {
+                    "path": full,
+                    "class": "Parameter" if is_param else "buffer",
+                    "shape": list(tensor.shape),
+                }
+                if is_param:  # rows: (1, N, D) -> N; a grid (1, H, W, D) -> H W; (N, D) -> N
+                    grid = (
+                        tensor.shape[1:-1]
+                        if tensor.dim() >= 3 and tensor.shape[0] == 1
+                        else tensor.shape[:-1]
+                    )
+                    entry["num_embeddings"] = (
+                        int(math.prod(grid)) if tensor.dim() >= 2 else int(tensor.shape[0])
+                    )
+                found[in_tower(full)].setdefault(kind, []).append(entry)
+            elif REL_PARAM.match(pname) and is_param:
+                found[in_tower(full)].setdefault("relative", []).append(
+                    {"path": full, "class": type(mod).__name__, "shape": list(tensor.shape)}
+                )
+    text_has = bool(found[False])
+    schemes = found[False] if text_has else found[True]
+    towers = {e["path"]: f"{k}:{e['class']}" for k, es in found[True].items() for e in es} if text_has else {}
+    return {"schemes": schemes, "towers": towers, "rotary": rotary[False] if text_has else rotary[True]}
 
 
 def rope_calls(cls) -> list[tuple[str, str | None]]:
@@ -468,12 +514,18 @@ def own_model_class(cfg):
                 ann = inspect.signature(obj.__init__).parameters.get("config")
             except (TypeError, ValueError):
                 ann = None
-            own = ann is not None and str(getattr(ann.annotation, "__name__", ann.annotation)).strip("'\"") == name_of
+            own = (
+                ann is not None
+                and str(getattr(ann.annotation, "__name__", ann.annotation)).strip("'\"") == name_of
+            )
         if own:
             found.append(obj)
     if not found:
         raise LookupError(f"no module of {mod.__name__} is built from {name_of}")
-    return min(found, key=lambda c: (not hasattr(c, "config_class"), not c.__name__.endswith("Model"), len(c.__name__)))
+    return min(
+        found,
+        key=lambda c: (not hasattr(c, "config_class"), not c.__name__.endswith("Model"), len(c.__name__)),
+    )
 
 
 def record(mt: str, overrides: dict | None = None) -> dict:
