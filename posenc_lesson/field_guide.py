@@ -25,6 +25,7 @@ Taught in notebooks/12_field_guide.ipynb.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import sys
@@ -297,7 +298,9 @@ def describe_positions(config) -> PositionSpec:
             None,
         )
         if known:  # Kimi-K2: model_type kimi_k2, architectures ["DeepseekV3ForCausalLM"]
-            config, model_type = {**config, "model_type": known}, known
+            spec = describe_positions({**config, "model_type": known})
+            note = f"{model_type} (config.json), read as {known} by its architectures"
+            return dataclasses.replace(spec, extras={"model_type_in_config": note, **spec.extras})
     if model_type not in fam.FAMILIES:
         entry = table["types"].get(model_type)
         if entry is None:
