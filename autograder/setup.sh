@@ -16,3 +16,6 @@ torch="$(grep -E '^torch==' requirements.lock)"
 # once now rather than in every submission's run: matplotlib's font cache, torch's first import
 .venv/bin/python -c "import matplotlib.pyplot, torch, posenc_lesson.grader.cli"
 chmod +x run_autograder
+# where no namespace can be made, each kernel runs as a uid of its own (posenc_lesson/grader/contain.py):
+# it must pass through to the venv, and posenc-grade itself takes everyone's access to solutions/ away
+chmod o+x /autograder /autograder/source

@@ -188,3 +188,74 @@ def test_posenc_grade_writes_the_gradebook_for_a_class(tmp_path):
     full = sum(TASKS[i].points for i in _task_ids(STEM))
     assert table == [["student", STEM, "total"], [gradescope.POINTS_POSSIBLE, str(full), str(full)],
                      ["ann", str(full), str(full)], ["ben", "0", "0"]]
+
+
+# --------------------------------------------------------------------------------------
+# A container without CAP_SYS_ADMIN (Docker's default, Gradescope's): the container is the sandbox
+# --------------------------------------------------------------------------------------
+
+CAPSH = Path("/usr/sbin/capsh")
+WALLS = '''
+import os as _os
+_reached = []
+for _path in {paths!r}:
+    try:
+        _os.listdir(_path) if _os.path.isdir(_path) else open(_path, "rb").read(1)
+        _reached.append(_path)
+    except OSError:
+        pass
+try:
+    _os.kill(_os.getppid(), 0)
+    _reached.append("its warden")
+except OSError:
+    pass
+'''
+
+
+def _others_may_pass(path: Path) -> bool:
+    return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+
+
+def _contained_or_skip() -> None:
+    if os.geteuid() != 0 or not CAPSH.exists():
+        pytest.skip("contained-grading test skipped: needs root and capsh (to drop CAP_SYS_ADMIN)")
+    if not _others_may_pass(Path(sys.base_prefix).resolve()) or not _others_may_pass(VENV.resolve()):
+        pytest.skip(f"contained-grading test skipped: this Python ({sys.base_prefix}) or venv is in a "
+                    "folder other users cannot pass (e.g. /root, mode 700), so a kernel with a uid of its "
+                    "own could not import it; Gradescope's setup.sh installs python3.11 under /usr")
+
+
+def _walled(tmp: Path) -> Path:
+    """The worked solution, whose attention is right only if nothing of the grader's was reached."""
+    nb = json.loads((ROOT / "solutions" / f"{STEM}.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "01_attention")
+    secret = [str(ROOT / "solutions"), str(ROOT / "solutions" / f"{STEM}.ipynb"),
+              str(ROOT / "posenc_lesson" / "tasks" / "registry.py")]
+    guard = "def attention(q, k, v):\n    if _reached:\n        return v * 0\n"
+    source = "".join(cell["source"]).replace("def attention(q, k, v):\n", guard)
+    cell["source"] = WALLS.format(paths=secret) + source
+    path = tmp / f"{STEM}.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("upload", ["solution", "blank"])
+def test_autograder_without_cap_sys_admin_grades_with_the_container_as_sandbox(tmp_path, upload):
+    _contained_or_skip()
+    notebook = _walled(tmp_path) if upload == "solution" else ROOT / "exercises" / f"{STEM}.ipynb"
+    root = tmp_path / "autograder"
+    (root / "submission").mkdir(parents=True)
+    (root / "source").symlink_to(ROOT)
+    (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
+    out = subprocess.run([str(CAPSH), "--drop=cap_sys_admin", "--", "-c", str(AUTOGRADER / "run_autograder")],
+                         cwd=root, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "AUTOGRADER_ROOT": str(root), "POSENC_VENV": str(VENV)})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    _validate(results)
+    assert "the container was the sandbox" in results["output"], results["output"]
+    assert "run posenc-grade as root" not in out.stdout + out.stderr
+    full = sum(TASKS[i].points for i in _task_ids(STEM))
+    assert len(results["tests"]) == len(_task_ids(STEM))
+    assert results["score"] == (full if upload == "solution" else 0), results

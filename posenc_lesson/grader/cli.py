@@ -124,7 +124,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..tasks.registry import grader_only_paths
-from . import cgroup, class_report, feedback, gradescope, privacy, sandbox, totals
+from . import cgroup, class_report, contain, feedback, gradescope, privacy, sandbox, totals
 from .errors import InfrastructureError, UsageError, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
@@ -134,6 +134,7 @@ from .report import Graded, format_number, json_path, summary, task_columns, wri
 from .submissions import Submission, discover, label_rows, read_and_match
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
+CONTAINED: list[str] = []  # the note for Gradescope's output when the container was the sandbox
 AS_ROOT = ("posenc-grade already runs as root, but this machine will not let it make namespaces (a "
            "container without CAP_SYS_ADMIN, as Docker's default, or a seccomp profile that refuses "
            "unshare): start the container with --cap-add SYS_ADMIN (and --security-opt seccomp=unconfined "
@@ -181,10 +182,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key", metavar="FILE", default=None,
                    help=f"the instructor's secret the hidden inputs are drawn with (default: DIR/{KEY_NAME}, "
                         "created on the first run with mode 0600); keep it, never hand it out")
-    p.add_argument("--sandbox", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--sandbox", choices=("auto", "on", "container", "off"), default="auto",
                    help="shut each kernel in (Linux namespaces, a tmpfs, its own uid, no network, "
-                        "rlimits). auto (default) and on: refuse to grade where that cannot be set up; "
-                        "off: run the learners' code with your rights (a warning says so)")
+                        "rlimits). on: refuse to grade where that cannot be set up; auto (default): the "
+                        "same, but in a container as root, where no namespace can be made, the container is "
+                        "the sandbox (container: always so); off: run the learners' code with your rights")
     p.add_argument("--memory", default=_size_text(sandbox.Spec.memory), metavar="SIZE",
                    help="memory each sandboxed kernel may allocate, e.g. 2G or 512M "
                         f"(default {_size_text(sandbox.Spec.memory)})")
@@ -229,7 +231,8 @@ def parse_size(option: str, text: str, least: int) -> int:
     return value
 
 
-def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) -> sandbox.Spec | None:
+def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int,
+             private: list[str]) -> sandbox.Spec | None:
     """The sandbox spec for this run, after a probe; None with a warning for --sandbox off."""
     if args.sandbox == "off":
         print("posenc-grade: warning: --sandbox off: each learner's code runs with your user's rights, "
@@ -240,7 +243,12 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int) ->
     cpus = max(1, len(os.sched_getaffinity(0)) // args.jobs) if hasattr(os, "sched_getaffinity") else 1
     groups = cgroup.setup(args.jobs)
     box = sandbox.make_spec(memory, disk, workdir / "newroot", cpus, groups)
-    why = sandbox.probe(box, workdir / "probe")
+    why = sandbox.probe(box, workdir / "probe") if args.sandbox != "container" else "--sandbox container"
+    if why and (args.sandbox == "container" or args.sandbox == "auto" and sandbox.in_container()):
+        for line in contain.fall_back(box, private, str(workdir), why):  # one kernel at a time: /sandbox
+            print(printable(f"posenc-grade: {line}"), file=sys.stderr, flush=True)
+        args.jobs, CONTAINED[:] = 1, [gradescope.CONTAINED]
+        return box
     if why and box.cgroups:  # the sandbox without cgroups, if joining them is what failed
         groups.why = dict.fromkeys(groups.runs, f"the probe could not join them: {why}")
         cgroup.teardown(groups.runs)
@@ -349,7 +357,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     hidden = [] if out.resolve() in key_path.resolve().parents else [key_path]  # --out is out of reach
     sandbox.hide_from_kernels(*grader_only_paths(), here / "flags.py", here / "__pycache__", *hidden)
     with tempfile.TemporaryDirectory(prefix="posenc-grade-") as workdir:
-        box = _sandbox(args, Path(workdir), memory, disk)
+        box = _sandbox(args, Path(workdir), memory, disk, [str(out), str(solutions), str(key_path)])
         grader = Grader(exercises, Limits(args.timeout, args.notebook_timeout), checks_module, box,
                         Path(workdir), args.seed, secret)
         print(f"posenc-grade: hidden inputs drawn with --seed {grader.seed} and the key in "
@@ -359,7 +367,7 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)
     write_csv(out / "grades.csv", rows, columns)
-    gradescope.export(rows, args.gradescope, args.gradebook, args.gradescope_visibility)
+    gradescope.export(rows, args.gradescope, args.gradebook, args.gradescope_visibility, " ".join(CONTAINED))
     if not args.no_report:
         write_atomic(out / "report.html", class_report.render(rows, columns, grader.seed))
     if args.feedback:

@@ -37,6 +37,8 @@ from .errors import UsageError, printable
 from .report import Graded, format_number, write_atomic
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+CONTAINED = ("Graded in a container where no Linux namespace could be made: the container was the sandbox "
+             "(your code ran as a user of its own, without privileges, and could not reach the grader).")
 POINTS_POSSIBLE = "Points Possible"  # the gradebook's second row: each column's maximum (Canvas's name)
 
 
@@ -45,13 +47,14 @@ def _number(x: float) -> float | int:
     return int(x) if x == int(x) else x
 
 
-def results_json(rows: list[Graded], *, visibility: str = "visible") -> dict:
+def results_json(rows: list[Graded], *, visibility: str = "visible", note: str = "") -> dict:
     """Gradescope's results.json for one submission's graded notebooks.
 
     Args:
         rows: posenc-grade's rows for the notebooks of one submission (usually one).
         visibility: when learners see each test and its feedback: one of "hidden",
             "after_due_date", "after_published", "visible" (Gradescope's values).
+        note: a last line for the top-level output (how the submission was shut in).
     """
     students = sorted({r.student for r in rows})
     if len(students) > 1:
@@ -82,6 +85,7 @@ def results_json(rows: list[Graded], *, visibility: str = "visible") -> dict:
     if not rows:
         notes.append("No notebook was found in the submission: upload your exercise notebook "
                      "(exercises/NN_<topic>.ipynb) as it is.")
+    notes += [note] if note else []
     return {
         "score": _number(sum(t["score"] for t in tests)),
         "output": "\n".join(notes),
@@ -91,8 +95,8 @@ def results_json(rows: list[Graded], *, visibility: str = "visible") -> dict:
     }
 
 
-def write_results(path: Path, rows: list[Graded], *, visibility: str = "visible") -> None:
-    text = json.dumps(results_json(rows, visibility=visibility), indent=1, ensure_ascii=False)
+def write_results(path: Path, rows: list[Graded], *, visibility: str = "visible", note: str = "") -> None:
+    text = json.dumps(results_json(rows, visibility=visibility, note=note), indent=1, ensure_ascii=False)
     write_atomic(path, text + "\n")
 
 
@@ -125,9 +129,9 @@ def write_gradebook(path: Path, rows: list[Graded]) -> None:
 
 
 def export(rows: list[Graded], gradescope: str | None, gradebook: str | None,
-           visibility: str = "visible") -> None:
+           visibility: str = "visible", note: str = "") -> None:
     """What ``--gradescope`` and ``--gradebook`` ask for (nothing when neither is given)."""
     if gradescope:
-        write_results(Path(gradescope), rows, visibility=visibility)
+        write_results(Path(gradescope), rows, visibility=visibility, note=note)
     if gradebook:
         write_gradebook(Path(gradebook), rows)

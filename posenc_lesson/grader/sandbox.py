@@ -38,12 +38,13 @@ import sys
 from pathlib import Path
 
 from . import cgroup
+from .contain import in_container, warden  # shut_in's warden, or the contained one (Spec.contained)
 from .errors import InfrastructureError
-from .shut_in import INSIDE, SYS_PIVOT_ROOT, UID_BASE, Spec, close_fds, enter_zygote, warden
+from .shut_in import INSIDE, SYS_PIVOT_ROOT, UID_BASE, Spec, close_fds, enter_zygote
 
 __all__ = ["HOW_TO_FIX", "INSIDE", "UID_BASE", "Spec", "close_fds", "enter_zygote", "hide_from_kernels",
-           "kernel_env", "kernel_groups", "make_spec", "outermost", "probe", "python_paths", "unsupported",
-           "warden", "wrapper"]
+           "in_container", "kernel_env", "kernel_groups", "make_spec", "outermost", "probe", "python_paths",
+           "unsupported", "warden", "wrapper"]
 
 _HIDDEN: set[str] = set()  # files or folders masked inside every kernel (hide_from_kernels)
 
@@ -143,8 +144,9 @@ def unsupported() -> str | None:
 
 
 def wrapper() -> list[str]:
-    """This file run as a script: only the standard library loads (not torch), so it starts at once."""
-    return [sys.executable, "-I", str(Path(__file__).with_name("shut_in.py"))]
+    """contain.py (which hands a namespaced spec to shut_in) run as a script: only the standard
+    library loads (not torch), so it starts at once."""
+    return [sys.executable, "-I", str(Path(__file__).with_name("contain.py"))]
 
 
 def probe(spec: Spec, host_dir: Path, timeout: float = 30.0) -> str | None:

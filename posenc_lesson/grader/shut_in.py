@@ -64,6 +64,7 @@ class Spec:
     refuse_memfd: bool = False  # no memory cgroup: memfd_create fails, SysV shared memory capped at 0
     refuse_setsid: bool = False  # no cpu cgroup: setsid fails (the kernel's processes share its autogroup)
     join: list[str] = field(default_factory=list)  # this kernel's groups (cold start; forks: the request)
+    contained: bool = False  # no namespaces can be made: the container is the sandbox (contain.py)
 
     def dumps(self) -> str:
         return json.dumps(asdict(self))
