@@ -11,10 +11,14 @@ that runs them on untrusted notebooks. One module per stage:
     zygote       the process that imported torch once and forks each kernel
     sandbox      each kernel shut in: namespaces, a tmpfs, its own uid, rlimits (the spec, the probe)
     shut_in      what runs in the sandboxed processes (standard library only)
+    contain      where no namespace can be made (a container as root): the container is the sandbox
     flags        the static scan of answer cells: review flags for the instructor
     grader       run a plan in a kernel, take each task's outputs out, score them here
     report       grades.csv, one JSON per submission, the summary table
     class_report report.html: per task, worst first, the scores and the mistakes ranked
+    totals       every submission counts: points possible on rows that ran nothing, --expect
+    feedback     one offline page per student to hand back (--feedback)
+    privacy      grades, submissions and the key stay out of commits and images
     cli          the command line: posenc-grade, or python -m posenc_lesson.grader
     errors       UsageError (exit status 2), InfrastructureError (1), one-line messages
 """

@@ -12,8 +12,8 @@ too). Each submission is matched to its exercise by ``metadata.posenc_lesson.exe
 falling back to its file name. The grader writes
 
     DIR/grades.csv                   one row per (student, notebook): student, notebook, score,
-                                     max_score, flags, then one column per task (empty where
-                                     the task is not part of that notebook)
+                                     max_score, flags, status, then one column per task (empty
+                                     where the task is not part of that notebook)
     DIR/<student>/<notebook>.json    per task: id, name, score, max_score, feedback, mistake (the
                                      id of the diagnosed mistake, e.g. rope.layout_swapped, or
                                      null) and case_mistakes (one id or null per hidden case);
@@ -23,8 +23,12 @@ falling back to its file name. The grader writes
                                      ranked by how many made them with the hint they read; the
                                      notebooks to review; one row per student. Opens from disk.
 
-and prints a summary table. It refuses to replace an existing ``DIR/grades.csv`` or
-``DIR/report.html`` (or a report it would rewrite) unless given ``--force``. The exit status
+(``--feedback``: also DIR/feedback/<student>.html, one page per student to hand back; ``--expect``:
+a row "missing" for each expected exercise a student has no notebook for; every row that names
+an exercise counts its points possible, ``totals``) and prints a summary table. In a git
+repository, DIR and the key must be paths git ignores (``privacy``). It refuses to replace an
+existing ``DIR/grades.csv`` or ``DIR/report.html`` (or a report it would rewrite) unless given
+``--force``. The exit status
 is 0 whenever every submission got a row, however badly the students did; 2 for a usage
 error (bad arguments, no notebooks, a report in the way) and 1 for an infrastructure error
 (DIR not writable, no kernel).
@@ -81,7 +85,9 @@ capabilities, no network, an environment of its own, and rlimits: ``--memory`` b
 512 open files, files of at most ``--disk``, no core files. ``--out``, ``solutions/``, the rest
 of the course and the grader's files are not in its root. Before grading, a probe sets one such
 sandbox up; where that fails the grader refuses to grade (exit status 1) and says why and how
-to fix it. ``--sandbox off`` grades without one, with a warning.
+to fix it, except as root in a container (Gradescope's, without CAP_SYS_ADMIN): there the
+container is the sandbox (``contain``), and the header says so. ``--sandbox off`` grades
+without one, with a warning.
 
 What comes back from a kernel is hostile data (``outputs.read_outputs``), and so are the
 submitted files (``submissions``): regular files only, size caps, control characters escaped
