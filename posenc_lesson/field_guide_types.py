@@ -286,8 +286,9 @@ def table_size(cfg: dict, entry: dict) -> int | None:
     table = entry.get("table")
     if not table:
         return None
-    if table["key"] == "patches":
-        image, patch = _side(cfg.get("image_size")), _side(cfg.get("patch_size"))
+    if table["key"] in ("patches", "pretrain_patches"):  # SegGPT sizes its table at pretrain_image_size
+        size = cfg.get("pretrain_image_size" if table["key"] == "pretrain_patches" else "image_size")
+        image, patch = _side(size), _side(cfg.get("patch_size"))
         value = None if not image or not patch else (image // patch) ** 2
     else:
         value = cfg.get(table["key"])

@@ -77,6 +77,9 @@ TABLE_KEYS = (
     "block_size",
     "max_length",
     "seq_length",
+    "num_patches",
+    "max_encoder_position_embeddings",
+    "max_vit_seq_len",
 )
 
 
@@ -217,12 +220,13 @@ def entry_base(rec: dict) -> dict:
         defaults["_num_layers"] = len(rec["layers"])  # the config names its depth in no key the rules read
     if entry["scheme"] == "learned":
         rows = rec["schemes"]["learned"][0]["num_embeddings"]
-        for key in TABLE_KEYS + ("patches",):
+        for key in TABLE_KEYS + ("patches", "pretrain_patches"):
             v = types_.table_size(text, {"table": {"key": key}})
             for offset in (0, 2, 1):
                 if isinstance(v, int) and v + offset == rows:
                     entry["table"] = {"key": key, "offset": offset}
-                    defaults.update({k: text[k] for k in (key, "image_size", "patch_size") if k in text})
+                    sizes = (key, "image_size", "patch_size", "pretrain_image_size")
+                    defaults.update({k: text[k] for k in sizes if k in text})
                     break
             if "table" in entry:
                 break
