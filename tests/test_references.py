@@ -85,4 +85,6 @@ def test_every_tracker_number_in_the_prose_is_in_the_references(path):
     for repo, number in TRACKER.findall(prose):
         if repo and (repo, number) not in linked or not repo and number not in numbers:
             missing.append(f"{repo} #{number}".strip())
-    assert not missing, f"{path.name}: tracker threads named in the prose, not linked in References: {missing}"
+    assert not missing, (
+        f"{path.name}: tracker threads named in the prose, not linked in References: {missing}"
+    )
