@@ -124,7 +124,8 @@ def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -
         importlib.import_module(name)
     watch = importlib.import_module("posenc_lesson.harness.watch")  # after the sandbox is entered
     for name in watch.library_modules():  # what each kernel's install() would import: once, here
-        importlib.import_module(name)
+        with contextlib.suppress(Exception):  # one that cannot load is not there for the kernel either
+            importlib.import_module(name)
     if box is not None:
         box.binds = sandbox.outermost([*box.binds, *sandbox.python_paths()])
     signal.signal(signal.SIGCHLD, _reap)

@@ -71,7 +71,8 @@ def install() -> None:
     every library module a kernel may use is imported, and its code objects are recorded as the
     library's (``library_codes``); code made later is never the library's."""
     for name in library_modules():
-        importlib.import_module(name)
+        with contextlib.suppress(Exception):  # a module that cannot load cannot be used either
+            importlib.import_module(name)
     _tables()
     _prefixes()
     _audit_hook()
