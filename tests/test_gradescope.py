@@ -248,9 +248,16 @@ def test_autograder_without_cap_sys_admin_grades_with_the_container_as_sandbox(t
     (root / "submission").mkdir(parents=True)
     (root / "source").symlink_to(ROOT)
     (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
-    out = subprocess.run([str(CAPSH), "--drop=cap_sys_admin", "--", "-c", str(AUTOGRADER / "run_autograder")],
-                         cwd=root, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "AUTOGRADER_ROOT": str(root), "POSENC_VENV": str(VENV)})
+    tops = [ROOT / "posenc_lesson", ROOT / "solutions"]
+    modes = {p: p.lstat().st_mode for top in tops for p in [top, *top.rglob("*")]}
+    command = [str(CAPSH), "--drop=cap_sys_admin", "--", "-c", str(AUTOGRADER / "run_autograder")]
+    try:  # (the grader takes other users' access to its files away: this checkout's are given back)
+        out = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "AUTOGRADER_ROOT": str(root), "POSENC_VENV": str(VENV)})
+    finally:
+        for path, mode in modes.items():
+            if path.exists() and not path.is_symlink() and path.lstat().st_mode != mode:
+                path.chmod(mode & 0o7777)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     results = json.loads((root / "results" / "results.json").read_text())
     _validate(results)

@@ -369,6 +369,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
         print(f"posenc-grade: hidden inputs drawn with --seed {grader.seed} and the key in "
               f"{printable(key_path)}{' (new)' if created else ''}", file=sys.stderr, flush=True)
         rows = _grade_all(grader, subs, out, args.jobs)
+        if CONTAINED:
+            contain.release()
     order = {stem: i for i, stem in enumerate(sorted(exercises))}
     rows.sort(key=lambda r: (r.student, order.get(r.exercise or "", len(order)), r.notebook))
     columns = task_columns(rows, exercises)

@@ -79,6 +79,12 @@ def _point(host_dir: str) -> None:
     os.replace(tmp, LINK)
 
 
+def release() -> None:
+    """After the run, with every kernel gone: remove the link /sandbox."""
+    if os.path.islink(LINK):
+        os.unlink(LINK)
+
+
 def _warden(spec: shut_in.Spec, host_dir: str, connection: dict, report_fd: int) -> None:
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
