@@ -39,13 +39,17 @@ SLOW_FIRST = {
 # files (each runs kernels, servers, sandboxed gradings or builds, for more than a few seconds;
 # make test's summary of the slowest files shows which others belong here).
 SLOW = set(SLOW_FIRST) | {
-    "test_grader_limits.py", "test_sandbox.py",
+    "test_grader_limits.py", "test_sandbox.py", "test_conftest.py",
 }
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: left out of `make test-quick` (tests/conftest.py: SLOW)")
     config.addinivalue_line("markers", "browser: drives Chromium (tests/test_browser.py, test_book.py)")
+    # A conftest's own hooks reach only the items under its folder (here tests/); registered as a
+    # plugin, these reach the notebooks' cells too when one session runs both (make test).
+    if not config.pluginmanager.has_plugin("posenc-every-item"):
+        config.pluginmanager.register(EveryItem(), "posenc-every-item")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
@@ -54,16 +58,6 @@ def pytest_collection_modifyitems(session, config, items):
         if item.path.suffix == ".ipynb" or item.path.name in SLOW or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -SLOW_FIRST.get(item.path.name, 0))  # stable: ties keep their order
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """nbval starts a notebook's kernel with this process's environment: a learner's kernel draws
-    inline, so no backend a test chose (MPLBACKEND=Agg) may reach it. (And the CPU clock of the
-    test's setup starts here, before its fixtures: see pytest_runtest_makereport.)"""
-    item._cpu_mark = _cpu_s()
-    if item.path.suffix == ".ipynb":
-        os.environ.pop("MPLBACKEND", None)
 
 
 # ---- no lesson cell writes to stderr or prints a traceback ---------------------------------------
@@ -85,17 +79,6 @@ def _lesson_cell_problems(outputs) -> list[str]:
     return problems
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    result = yield  # a cell that raised has failed already
-    if item.path.suffix == ".ipynb" and item.path.parent.name == "notebooks":
-        problems = _lesson_cell_problems(getattr(item, "test_outputs", None))
-        if problems:
-            pytest.fail(f"{item.name} wrote to stderr or printed a traceback (a learner sees it in "
-                        f"JupyterLab): " + "; ".join(problems), pytrace=False)
-    return result
-
-
 # ---- where the time goes: the slowest files, by wall and CPU time ---------------------------------
 # Every test phase's CPU time (this process and the children it waited for: kernels, servers,
 # browsers) rides on its report as a user property, so the process that prints the summary (xdist's
@@ -110,37 +93,58 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    before = getattr(item, "_cpu_mark", None)
-    now = _cpu_s()
-    outcome = yield
-    if before is not None:
-        outcome.get_result().user_properties.append(("cpu_s", round(now - before, 3)))
-    item._cpu_mark = now
+class EveryItem:
+    """The hooks every test item goes through, the notebooks' cells included."""
 
+    def __init__(self):
+        self.files: dict[str, dict] = {}
 
-_FILE_TIMES: dict[str, dict] = {}
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        """nbval starts a notebook's kernel with this process's environment: a learner's kernel
+        draws inline, so no backend a test chose (MPLBACKEND=Agg) may reach it. (And the CPU clock
+        of the test's setup starts here, before its fixtures.)"""
+        item._cpu_mark = _cpu_s()
+        if item.path.suffix == ".ipynb":
+            os.environ.pop("MPLBACKEND", None)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        result = yield  # a cell that raised has failed already
+        if item.path.suffix == ".ipynb" and item.path.parent.name == "notebooks":
+            problems = _lesson_cell_problems(getattr(item, "test_outputs", None))
+            if problems:
+                pytest.fail(f"{item.name} wrote to stderr or printed a traceback (a learner sees it in "
+                            f"JupyterLab): " + "; ".join(problems), pytrace=False)
+        return result
 
-def pytest_runtest_logreport(report):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # a worker's own copy: xdist's controller adds up what the workers report
-    entry = _FILE_TIMES.setdefault(report.nodeid.split("::")[0], {"wall_s": 0.0, "cpu_s": 0.0, "tests": 0})
-    entry["wall_s"] += report.duration
-    entry["cpu_s"] += dict(report.user_properties).get("cpu_s", 0.0)
-    entry["tests"] += report.when == "call"
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        before, now = getattr(item, "_cpu_mark", None), _cpu_s()
+        report = yield
+        if before is not None:
+            report.user_properties.append(("cpu_s", round(now - before, 3)))
+        item._cpu_mark = now
+        return report
 
+    def pytest_runtest_logreport(self, report):
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            return  # a worker's own copy: xdist's controller adds up what the workers report
+        entry = self.files.setdefault(report.nodeid.split("::")[0], {"wall_s": 0.0, "cpu_s": 0.0, "tests": 0})
+        entry["wall_s"] += report.duration
+        entry["cpu_s"] += dict(report.user_properties).get("cpu_s", 0.0)
+        entry["tests"] += report.when == "call"
 
-def pytest_terminal_summary(terminalreporter):
-    if not _FILE_TIMES:
-        return
-    slowest = sorted(_FILE_TIMES.items(), key=lambda kv: -kv[1]["wall_s"])[:15]
-    terminalreporter.write_sep("=", "slowest 15 files (wall s, CPU s: the test process and its children)")
-    for path, t in slowest:
-        terminalreporter.write_line(f"{t['wall_s']:8.1f}  {t['cpu_s']:8.1f}  {t['tests']:5d} tests  {path}")
-    if os.environ.get("POSENC_TEST_TIMES"):
-        import json
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.files:
+            return
+        slowest = sorted(self.files.items(), key=lambda kv: -kv[1]["wall_s"])[:15]
+        terminalreporter.write_sep("=", "slowest 15 files (wall s, CPU s: the test process and its children)")
+        for path, t in slowest:
+            line = f"{t['wall_s']:8.1f}  {t['cpu_s']:8.1f}  {t['tests']:5d} tests  {path}"
+            terminalreporter.write_line(line)
+        if os.environ.get("POSENC_TEST_TIMES"):
+            import json
 
-        with open(os.environ["POSENC_TEST_TIMES"], "w") as f:
-            json.dump(_FILE_TIMES, f, indent=1, sort_keys=True)
+            with open(os.environ["POSENC_TEST_TIMES"], "w") as f:
+                json.dump(self.files, f, indent=1, sort_keys=True)
