@@ -266,3 +266,37 @@ def test_autograder_without_cap_sys_admin_grades_with_the_container_as_sandbox(t
     full = sum(TASKS[i].points for i in _task_ids(STEM))
     assert len(results["tests"]) == len(_task_ids(STEM))
     assert results["score"] == (full if upload == "solution" else 0), results
+
+
+def test_as_root_without_namespaces_the_refusal_does_not_say_run_as_root(tmp_path):
+    if os.geteuid() != 0 or not CAPSH.exists():
+        pytest.skip("needs root and capsh (to drop CAP_SYS_ADMIN)")
+    notebook = ROOT / "exercises" / f"{STEM}.ipynb"
+    grade = f"{VENV / 'bin' / 'posenc-grade'} --sandbox on --out {tmp_path / 'grades'} {notebook}"
+    out = subprocess.run([str(CAPSH), "--drop=cap_sys_admin", "--", "-c", grade], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "run posenc-grade as root" not in out.stderr
+    assert "already runs as root" in out.stderr and "CAP_SYS_ADMIN" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_regrade_uses_the_zipped_key_and_the_submission_id_as_seed(tmp_path):
+    """The zip's key and the submission's Gradescope id as the seed: a regrade draws the inputs
+    the first grading drew (key.drawn_seed is a function of the two; test_disarmed pins that)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "solutions").symlink_to(ROOT / "solutions")
+    (source / ".posenc-grade-key").write_text("ab" * 32 + "\n")
+    blank = (ROOT / "exercises" / f"{STEM}.ipynb").read_bytes()
+    for run in ("first", "regrade"):
+        root = tmp_path / run / "autograder"
+        (root / "submission").mkdir(parents=True)
+        (root / "source").symlink_to(source)
+        (root / "submission_metadata.json").write_text(json.dumps({"id": 123456789}))
+        (root / "submission" / f"{STEM}.ipynb").write_bytes(blank)
+        env = {**os.environ, "AUTOGRADER_ROOT": str(root), "POSENC_VENV": str(VENV)}
+        out = subprocess.run([str(AUTOGRADER / "run_autograder")], cwd=root, capture_output=True, text=True,
+                             timeout=300, env=env)
+        said = f"--seed 123456789 with the key in {root / 'source' / '.posenc-grade-key'} "
+        assert out.returncode == 0 and said in out.stdout, out.stdout[-2000:]
