@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import html.parser
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import build_book  # noqa: E402
+
+from posenc_lesson.explorers import EXPLORERS  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -79,12 +82,32 @@ def site(tmp_path_factory) -> Path:
         pytest.skip("site test skipped: the build fetches MathJax with npm, which is not installed "
                     "(`apt-get install npm`; CI's .ci/run does)")
     build_dir = tmp_path_factory.mktemp("book")
+    env = {**os.environ, **_frames_to_build(build_dir)}
     start = time.monotonic()
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), "--build-dir",
-                           str(build_dir)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           str(build_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"the site did not build:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     print(f"\nsite built in {time.monotonic() - start:.1f} s")
     return build_dir / "html"
+
+
+def _frames_to_build(build_dir: Path) -> dict[str, str]:
+    """The build renders only the explorer frames this file's browser shows (build_book_explorers:
+    POSENC_FRAMES_ONLY), into a frame cache of its own, given the ones `make book` has cached."""
+    from build_book_explorers import CACHE
+
+    cache = build_dir / "frame-cache"
+    cache.mkdir()
+    wanted = compared_frames()
+    for eid, frames in wanted.items():
+        explorer = EXPLORERS[eid]
+        for n in frames:
+            made = CACHE / f"{explorer.key(explorer.combinations()[n])}.png"
+            if made.is_file():  # rendered by make book from the same code and data (the key says so)
+                shutil.copyfile(made, cache / made.name)
+    only = build_dir / "frames.json"
+    only.write_text(json.dumps(wanted))
+    return {"POSENC_FRAME_CACHE": str(cache), "POSENC_FRAMES_ONLY": str(only)}
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +351,13 @@ def _explorers_on(notebook: Path) -> list[str]:
 EXPLORER_PAGES = [(f"notebooks/{nb.stem}", eid) for nb in LESSONS for eid in _explorers_on(nb)]
 
 
+def _kind(options: list) -> str:
+    """The control the site offers for these values (as build_book_explorers.explorer_html chooses)."""
+    if sorted(options, key=str) == [False, True]:
+        return "checkbox"
+    return "select" if all(isinstance(v, str) for v in options) else "range"
+
+
 def _pixels(png: bytes):
     import io
 
@@ -351,11 +381,43 @@ def _moves(values: list, start: int, kind: str, ends: bool) -> list[tuple[list[s
     return moves
 
 
+def _tour(explorer) -> list[tuple[str, str, list[str], dict]]:
+    """What the test does to one explorer, in order: (control, its kind, the keys pressed, the
+    values after them); Home and End on the first range input only."""
+    values, ends, tour = explorer.defaults(), True, []
+    for control, options in explorer.controls.items():
+        kind = _kind(options)
+        for keys, index in _moves(options, options.index(values[control]), kind, ends and kind == "range"):
+            values = {**values, control: options[index]}
+            tour.append((control, kind, keys, values))
+        ends = ends and kind != "range"
+    return tour
+
+
+def compared_frames() -> dict[str, list[int]]:
+    """The frames the browser shows, by explorer id: each explorer's first frame and every frame its
+    tour reaches, and passes through where one move is several key presses (each loads its frame);
+    the file:// test's one key press is the tour's first."""
+    frames: dict[str, set[int]] = {}
+    for _, eid in EXPLORER_PAGES:
+        e = EXPLORERS[eid]
+        before = e.defaults()
+        shown = frames.setdefault(eid, set())
+        shown.add(e.index(before))
+        for control, _, keys, values in _tour(e):
+            options = e.controls[control]
+            a, b = sorted((options.index(before[control]), options.index(values[control])))
+            passed = range(a, b + 1) if len(keys) > 1 else [options.index(values[control])]
+            shown.update(e.index({**values, control: options[i]}) for i in passed)
+            before = values
+    return {eid: sorted(found) for eid, found in frames.items()}
+
+
 @pytest.mark.skipif(not EXPLORER_PAGES, reason="no lesson calls a library explorer")
 @pytest.mark.parametrize(("name", "explorer_id"), EXPLORER_PAGES)
 def test_every_control_moves_the_explorer_to_the_frame_the_library_draws(browser, server, site, name,
                                                                          explorer_id):
-    from posenc_lesson.explorers import EXPLORERS, label, render
+    from posenc_lesson.explorers import label, render
 
     explorer = EXPLORERS[explorer_id]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -393,26 +455,20 @@ def test_every_control_moves_the_explorer_to_the_frame_the_library_draws(browser
 
     try:
         page.goto(f"{server}/{name}.html", wait_until="load")
-        values = explorer.defaults()
-        expect(values, "first frame")
-        ends = True  # Home and End on the first range input
-        for control, options in explorer.controls.items():
+        expect(explorer.defaults(), "first frame")
+        for control, kind, keys, values in _tour(explorer):  # every control, Home and End on the first range
             field = page.locator(f"#explorer-{explorer.id}-{control}")
             labelled = page.locator(f'label[for="explorer-{explorer.id}-{control}"]').inner_text().strip()
             assert labelled == control, f"{name}: the control {control} is labelled {labelled!r}"
-            kind = field.evaluate("el => el.type === 'checkbox' ? 'checkbox' : el.tagName.toLowerCase() === "
-                                  "'select' ? 'select' : el.type")
-            assert kind in ("checkbox", "select", "range"), f"{name}: {control} is a {kind}"
-            start = options.index(values[control])
-            for keys, index in _moves(options, start, kind, ends and kind == "range"):
-                field.focus()
-                for key in keys:
-                    page.keyboard.press(key)
-                values = {**values, control: options[index]}
-                expect(values, f"{control} moved with {'+'.join(keys) or 'no key'}")
-                if kind == "range":
-                    assert field.get_attribute("aria-valuetext") == label(options[index])
-            ends = ends and kind != "range"
+            shown_kind = field.evaluate("el => el.type === 'checkbox' ? 'checkbox' : "
+                                        "el.tagName.toLowerCase() === 'select' ? 'select' : el.type")
+            assert shown_kind == kind, f"{name}: {control} is a {shown_kind}, not a {kind}"
+            field.focus()
+            for key in keys:
+                page.keyboard.press(key)
+            expect(values, f"{control} moved with {'+'.join(keys) or 'no key'}")
+            if kind == "range":
+                assert field.get_attribute("aria-valuetext") == label(values[control])
         assert not problems, f"{name}: " + "; ".join(problems)
     finally:
         context.close()

@@ -17,6 +17,10 @@ in a fresh build folder too; a change to what draws them renders those frames ag
 build deletes the cached frames it no longer uses. An explorer cell that does not call a
 library function keeps its stored first frame (tests/test_explorers.py requires every
 lesson's to call one).
+
+POSENC_FRAMES_ONLY names a JSON file {explorer id: [frame numbers]}: only those frames are
+rendered and copied, and the cache is not pruned. tests/test_book.py builds its site so, with
+the frames its browser compares (a site for reading, not for publishing: other frames are missing).
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ CACHE = Path(os.environ.get("POSENC_FRAME_CACHE") or ROOT / "_build" / "cache" /
 CALL = re.compile(r"viz\.explorer\(\s*explorers\.(\w+)")
 
 
+def wanted_frames() -> dict[str, set[int]] | None:
+    """The frames POSENC_FRAMES_ONLY asks for, by explorer id; None (every frame) when unset."""
+    only = os.environ.get("POSENC_FRAMES_ONLY")
+    if not only:
+        return None
+    return {eid: set(frames) for eid, frames in json.loads(Path(only).read_text()).items()}
+
+
 def library_explorer(stem: str, source: str) -> Explorer | None:
     """The registered explorer a lesson cell calls (`viz.explorer(explorers.<name>, ...)`), or None."""
     m = CALL.search(source)
@@ -59,9 +71,12 @@ def render_frames(assets: Path, jobs: int = 1) -> dict:
     """Every frame of every registered explorer into assets/explorers/<id>/<n>.png, from the
     cache where it has one; returns {"frames", "rendered", "bytes"}."""
     target = assets / "explorers"
+    wanted = wanted_frames()
     todo, planned = [], {}
     for e in EXPLORERS.values():
         for n, values in enumerate(e.combinations()):
+            if wanted is not None and n not in wanted.get(e.id, ()):
+                continue
             cached = CACHE / f"{e.key(values)}.png"
             planned[target / e.id / f"{n}.png"] = cached
             if not cached.exists():
@@ -87,7 +102,7 @@ def render_frames(assets: Path, jobs: int = 1) -> dict:
         if not out.exists() or out.read_bytes() != data:
             out.write_bytes(data)
     used = set(planned.values())
-    for stale in CACHE.glob("*.png") if CACHE.is_dir() else []:  # frames of code that changed since
+    for stale in CACHE.glob("*.png") if CACHE.is_dir() and wanted is None else []:  # of older code
         if stale not in used:
             stale.unlink()
     for old in list(target.rglob("*")) if target.exists() else []:
