@@ -3,7 +3,7 @@
 A kernel's reply is the learner's to write: one cell can put an IPython payload of millions of
 references to one list into its ``execute_reply`` (``get_ipython().payload_manager``), and
 parsing that JSON costs the grader about 20 times its size, outside every cgroup. So every
-socket the grader opens to a kernel comes from one ZeroMQ context whose sockets refuse any
+socket the grader opens to a kernel comes from a ZeroMQ context whose sockets refuse any
 frame larger than MAX_FRAME (ZeroMQ's ``MAXMSGSIZE``: the peer is disconnected and the frame
 dropped unread, never buffered whole), and a monitor on the shell socket sees that disconnect:
 the grader then kills the kernel and the cell costs what a crash costs (``Kernel.run``).
@@ -17,7 +17,6 @@ can send one from its own socket; not seen in any reply IPython builds).
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,19 +37,13 @@ class Reply:
         return self.status == "died" or self.killed
 
 
-_context: dict[str, zmq.Context] = {}
-_lock = threading.Lock()
-
-
 def context() -> zmq.Context:
-    """The ZeroMQ context for every socket to a kernel: each refuses frames over MAX_FRAME."""
-    with _lock:
-        if "ctx" not in _context:
-            ctx = zmq.Context()
-            ctx.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
-            ctx.setsockopt(zmq.LINGER, 1000)
-            _context["ctx"] = ctx
-        return _context["ctx"]
+    """A ZeroMQ context for one kernel's sockets, each refusing frames over MAX_FRAME. One per
+    kernel, as jupyter_client makes it: destroyed with the kernel's channels (a context shared
+    by every kernel stopped answering after a kernel that SIGKILLs everything it sees)."""
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
+    return ctx
 
 
 class CutOff:

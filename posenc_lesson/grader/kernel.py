@@ -202,7 +202,7 @@ class Kernel:
                 self._fork()
             else:
                 self._launch()
-            self.kc.context = channel.context()  # capped frames (channel); before any socket exists
+            self.kc.context, self.kc._created_context = channel.context(), True  # capped; closed with it
             self.kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
             self.cut_off = channel.CutOff(self.kc.shell_channel.socket)
             reply = self._wait(self.kc.kernel_info(), time.monotonic() + KERNEL_START_TIMEOUT)
