@@ -140,7 +140,7 @@ def test_exercise_cells_follow_the_contract(stem):
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_the_statement_says_what_an_answer_may_call_and_what_the_notebook_is_worth(stem):
-    """Grading forbids every library function a task does not allow (tasks/watch.py): the intro
+    """Grading forbids every library function a task does not allow (harness/watch.py): the intro
     says so, names each function a task does allow, and where a task allows the whole library, says
     that too (the concept questions, lesson 08's lab tasks)."""
     from posenc_lesson.tasks import TASKS
