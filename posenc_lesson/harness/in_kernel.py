@@ -237,10 +237,10 @@ def prepare() -> None:
 def gate(out: str, forbidden: list | None = None, torch_families: list | tuple = ()) -> None:
     """Before the grader writes a task's job file: let only the stubs this task forbids raise
     (``forbidden``: its entries, ``disarm.task_entries``; None: all of them; ``torch_families``:
-    torch's shortcuts it forbids, "attention"), and save {"refused": why} to ``out`` while a
-    thread or process the learner started is alive. The job's inputs are not on disk yet, so a
-    thread left by the notebook's cells has nothing to answer; the grader writes the job only
-    when ``out`` stays absent."""
+    torch's shortcuts it forbids, "attention"), and save {"refused": what} to ``out`` while a
+    thread or process the learner started is alive (``alone.refusal``: data; the grader words
+    it). The job's inputs are not on disk yet, so a thread left by the notebook's cells has
+    nothing to answer; the grader writes the job only when ``out`` stays absent."""
     _state["setprofile"](None)
     _state["settrace"](None)
     _state["activate"](forbidden, torch_families)
