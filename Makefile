@@ -9,16 +9,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 COURSE := $(VENV)/.installed-course
-# torch from PyTorch's CPU wheel index: on Linux, PyPI's torch is a CUDA build (several GB).
-# TORCH=cu128 takes that CUDA index instead; TORCH=pypi leaves the choice to pip. Skipped when
-# .venv already holds the lock's torch version (any build).
+# The CPU build of torch: on Linux, PyPI's torch is a CUDA build (several GB). torch==V+cpu from
+# pip's own sources if they hold it (a wheel folder, a mirror), else from PyTorch's CPU wheel
+# index. TORCH=cu128 takes that CUDA build instead; TORCH=pypi leaves the choice to pip. Skipped
+# when .venv already holds the lock's torch version (any build).
 TORCH  ?= cpu
 TORCH_VERSION = $(shell sed -n 's/^torch==//p' $(LOCK))
 define install_torch
 	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$(TORCH_VERSION)')" 2>/dev/null \
 	    && [ "$(TORCH)" != pypi ] && [ "$$(uname -s)" = Linux ]; then \
-	  echo "installing torch $(TORCH_VERSION)+$(TORCH) from https://download.pytorch.org/whl/$(TORCH)"; \
-	  $(BIN)/python -m pip install --quiet -c $(LOCK) --extra-index-url https://download.pytorch.org/whl/$(TORCH) \
+	  echo "installing torch $(TORCH_VERSION)+$(TORCH)"; \
+	  $(BIN)/python -m pip install --quiet -c $(LOCK) "torch==$(TORCH_VERSION)+$(TORCH)" 2>/dev/null \
+	  || $(BIN)/python -m pip install --quiet -c $(LOCK) --extra-index-url https://download.pytorch.org/whl/$(TORCH) \
 	    "torch==$(TORCH_VERSION)+$(TORCH)"; \
 	fi
 endef
