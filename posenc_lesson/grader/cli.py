@@ -85,9 +85,9 @@ capabilities, no network, an environment of its own, and rlimits: ``--memory`` b
 512 open files, files of at most ``--disk``, no core files. ``--out``, ``solutions/``, the rest
 of the course and the grader's files are not in its root. Before grading, a probe sets one such
 sandbox up; where that fails the grader refuses to grade (exit status 1) and says why and how
-to fix it, except as root in a container (Gradescope's, without CAP_SYS_ADMIN): there the
-container is the sandbox (``contain``), and the header says so. ``--sandbox off`` grades
-without one, with a warning.
+to fix it, except in a throw-away container (POSENC_GRADE_CONTAINER=1, as on Gradescope, or
+``--sandbox container``): there the container is the sandbox (``contain``), as the header
+says. ``--sandbox off`` grades without one, with a warning.
 
 What comes back from a kernel is hostile data (``outputs.read_outputs``), and so are the
 submitted files (``submissions``): regular files only, size caps, control characters escaped
@@ -141,10 +141,6 @@ from .submissions import Submission, discover, label_rows, read_and_match
 
 EXIT_OK, EXIT_INFRASTRUCTURE, EXIT_USAGE = 0, 1, 2
 CONTAINED: list[str] = []  # the note for Gradescope's output when the container was the sandbox
-AS_ROOT = ("posenc-grade already runs as root, but this machine will not let it make namespaces (a "
-           "container without CAP_SYS_ADMIN, as Docker's default, or a seccomp profile that refuses "
-           "unshare): start the container with --cap-add SYS_ADMIN (and --security-opt seccomp=unconfined "
-           "if unshare is still refused), or grade on the host; --sandbox off only for notebooks you trust")
 
 
 def default_solutions_dir() -> Path:
@@ -191,8 +187,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=("auto", "on", "container", "off"), default="auto",
                    help="shut each kernel in (Linux namespaces, a tmpfs, its own uid, no network, "
                         "rlimits). on: refuse to grade where that cannot be set up; auto (default): the "
-                        "same, but in a container as root, where no namespace can be made, the container is "
-                        "the sandbox (container: always so); off: run the learners' code with your rights")
+                        "same, but with POSENC_GRADE_CONTAINER=1 (a throw-away container, as on Gradescope) "
+                        "the container is the sandbox there (container: always so); off: no sandbox")
     p.add_argument("--memory", default=_size_text(sandbox.Spec.memory), metavar="SIZE",
                    help="memory each sandboxed kernel may allocate, e.g. 2G or 512M "
                         f"(default {_size_text(sandbox.Spec.memory)})")
@@ -264,7 +260,8 @@ def _sandbox(args: argparse.Namespace, workdir: Path, memory: int, disk: int,
     for line in groups.header(memory, disk, cpus):
         print(printable(f"posenc-grade: each kernel's {line}"), file=sys.stderr, flush=True)
     if why:
-        fix = (AS_ROOT if os.geteuid() == 0 else sandbox.HOW_TO_FIX) if sandbox.unsupported() is None else (
+        here = contain.AS_ROOT if os.geteuid() == 0 else sandbox.HOW_TO_FIX
+        fix = here if sandbox.unsupported() is None else (
             "grade on Linux (or inside a Linux container or virtual machine), or pass --sandbox off "
             "for notebooks you trust")
         raise InfrastructureError(f"--sandbox {args.sandbox}: cannot shut the learners' code in on this "

@@ -49,9 +49,9 @@ LINK = shut_in.INSIDE  # "/sandbox": a link to the running kernel's folder
 
 
 def in_container() -> bool:
-    """Whether this process runs in a container (Docker, Podman, or Gradescope's autograder)."""
-    return (os.environ.get("POSENC_GRADE_CONTAINER") == "1" or os.path.exists("/.dockerenv")
-            or os.path.exists("/run/.containerenv") or bool(os.environ.get("container")))
+    """Whether whoever started the grader says it runs in a throw-away container, where the
+    grader may change its own files' modes (POSENC_GRADE_CONTAINER=1; run_autograder sets it)."""
+    return os.environ.get("POSENC_GRADE_CONTAINER") == "1"
 
 
 def warden(spec: shut_in.Spec, host_dir: str, connection: dict, report_fd: int, join=()) -> None:
@@ -176,6 +176,11 @@ def check(spec: shut_in.Spec) -> None:
         raise AssertionError(f"the kernel can read {path}, which must be the grader's only")
 
 
+AS_ROOT = ("posenc-grade already runs as root, but this machine will not let it make namespaces (a "
+           "container without CAP_SYS_ADMIN, as Docker's default, or a seccomp profile that refuses "
+           "unshare): start the container with --cap-add SYS_ADMIN (and --security-opt seccomp=unconfined "
+           "if unshare is still refused), or, in a throw-away container, pass --sandbox container (the "
+           "container is the sandbox; docs/grading.md); --sandbox off only for notebooks you trust")
 HEADER = ("no Linux namespaces can be made here ({why}): the container is the sandbox. Each kernel runs "
           "as a uid of its own, without capabilities, with rlimits, and cannot read the grader's files; "
           "it shares the container's processes list, network and /tmp (docs/grading.md)")
@@ -215,7 +220,7 @@ def fall_back(spec: shut_in.Spec, private: list[str], workdir: str, why: str) ->
     failed = sandbox.probe(spec, Path(workdir) / "probe-contained")
     if failed:
         raise InfrastructureError(f"no namespaces can be made here ({why}), and the container cannot be "
-                                  f"the sandbox either ({failed}); nothing was graded")
+                                  f"the sandbox either ({failed}); nothing was graded. To fix: {AS_ROOT}")
     said = f"made {len(changed)} of the grader's paths unreadable to others (references, solutions/, key)"
     return [HEADER.format(why=why)] + ([said] if changed else [])
 
