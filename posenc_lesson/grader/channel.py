@@ -17,6 +17,7 @@ can send one from its own socket; not seen in any reply IPython builds).
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,17 @@ class CutOff:
         seen = self.seen
         self.seen = self.seen and not clear
         return seen
+
+    def too_large(self, alive: Any, grace: float = 1.0) -> bool:
+        """Whether the kernel was cut off for a frame over MAX_FRAME: it was cut off and is still
+        alive ``grace`` s later (``alive()``; a kernel that dies, the out-of-memory killer's, is
+        cut off too, and is told apart by its death)."""
+        if not self.happened(clear=True):
+            return False
+        until = time.monotonic() + grace
+        while alive() and time.monotonic() < until:
+            time.sleep(0.05)
+        return bool(alive())
 
     def close(self) -> None:
         with contextlib.suppress(zmq.ZMQError):

@@ -350,7 +350,7 @@ class Kernel:
                                  stop_on_error=False)
         reply = self._wait(msg_id, until, capped=True)
         at_notebook_limit = time.monotonic() >= deadline
-        if reply is None and self.cut_off is not None and self.cut_off.happened(True):
+        if reply is None and self.cut_off is not None and self.cut_off.too_large(self.alive):
             self.kill()  # it sent more than the grader reads: as if it had crashed
             return Reply("died", channel.TOO_LARGE)
         if reply is None and not self.alive():
