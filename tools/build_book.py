@@ -5,6 +5,8 @@
     exercises/NN_*.ipynb --> exercises/NN_*.ipynb  one page per exercise notebook (stubs only)
     docs/exercises.md    --> exercises/index.md  how to work an exercise
     docs/lessons.md      --> (its Conventions)   the landing page's conventions table
+    docs/*.md            --> docs/*.md           the guides (all but exercises.md), in the order
+                                                 README first links them; docs' images beside them
 
 The notebooks are found by globbing, never listed by hand. Each page is rendered from the
 notebook's stored outputs (nothing runs unless --execute), after the changes that
@@ -12,7 +14,9 @@ tools/build_book_notebooks.py makes to a copy under <build>/src (never to the re
 files): a "Run this lesson" note (with the "run it live" links book/run_live.toml sets), the
 explorers (they call posenc_lesson.explorers, so they move: their frames are rendered from the
 library by tools/build_book_explorers.py, cached in _build/cache/explorers), alt text for every
-figure, and no links into solutions/.
+figure, and no links into solutions/. A relative link in README or a guide leads to the page
+built from its target (README.md is index, docs/exercises.md is exercises/index); a link to a file
+the site does not publish (benchmarks/README.md, solutions/) becomes plain text.
 
 Sphinx with MyST-NB and sphinx-book-theme (configuration: book/conf.py) then writes the site
 to <build>/html. MathJax 3 comes from the npm registry's `mathjax` package, fetched once with
@@ -29,6 +33,7 @@ import argparse
 import base64
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -37,10 +42,11 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import nbformat
 from build_book_explorers import render_frames
-from build_book_notebooks import clone_url, execute, prepare_notebook, relink, title
+from build_book_notebooks import LINK, clone_url, execute, prepare_notebook, relink, title
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -111,6 +117,41 @@ def prepare_mathjax(assets: Path) -> None:
     stamp.write_text(MATHJAX_SHA512)
 
 
+# ---- where a repository file lands on the site ---------------------------------------------
+
+DOC_IMAGES = (".png", ".svg", ".jpg", ".gif")
+
+
+def guides(readme: str, docs: Path = ROOT / "docs") -> list[str]:
+    """The docs/*.md published as pages of their own (docs/exercises.md is exercises/index), in the
+    order README.md first links them, then the rest by name."""
+    names = sorted(p.name for p in docs.glob("*.md") if p.name != "exercises.md")
+    linked = [m.group(2).removeprefix("docs/").split("#")[0] for m in LINK.finditer(readme)]
+    first = {name: linked.index(name) if name in linked else len(linked) for name in names}
+    return sorted(names, key=lambda name: first[name])
+
+
+def site_map(notebooks: list[Path], readme: str = "") -> dict[str, str]:
+    """{repository path: site source path} of every file the site publishes (posix, relative)."""
+    published = {"README.md": "index.md", "docs/exercises.md": "exercises/index.md"}
+    published |= {f"docs/{name}": f"docs/{name}" for name in guides(readme)}
+    published |= {p.relative_to(ROOT).as_posix(): p.relative_to(ROOT).as_posix() for p in notebooks}
+    return published
+
+
+def retarget(markdown: str, source: str, page: str, published: dict[str, str]) -> str:
+    """The relative links of repository file `source`, as read on site page `page`: each one to the
+    page built from its target, or plain text where the site does not publish the target."""
+    def resolve(target: str) -> str | None:
+        path, _, fragment = target.partition("#")
+        repo = posixpath.normpath(posixpath.join(posixpath.dirname(source), unquote(path)))
+        if repo not in published:
+            return None
+        new = posixpath.relpath(published[repo], posixpath.dirname(page) or ".")
+        return new + (f"#{fragment}" if fragment else "")
+    return relink(markdown, resolve)
+
+
 # ---- the landing page, from README.md ----------------------------------------------------
 
 def readme_sections(text: str) -> dict[str, str]:
@@ -129,7 +170,8 @@ def readme_sections(text: str) -> dict[str, str]:
 def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide: str = "",
                  how_to: str = "", clone: str = "") -> tuple[str, str]:
     """index.md (README's overview and lessons in order, the conventions of docs/lessons.md, given
-    as guide, and where to get the course: clone, book/run_live.toml's repository) and
+    as guide, README's "where to go next", the guides in the sidebar, and where to get the course:
+    clone, book/run_live.toml's repository) and
     exercises/index.md (docs/exercises.md, given as how_to)."""
     sections = readme_sections(readme)
     conventions = readme_sections(guide).get("Conventions")
@@ -137,14 +179,11 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide:
         raise BookError("README.md must open with a '# ' title and have a '## The lessons' section: the "
                         "site's landing page is built from them. Fix README.md, or tools/build_book.py.")
     by_number = {nb.stem[:2]: nb for nb in lessons}
+    published = site_map(lessons + exercises, readme)
 
     def link_lesson(m: re.Match) -> str:
         nb = by_number.get(m.group(1))
         return f"**[{m.group(1)} · {m.group(2)}](notebooks/{nb.name})**" if nb else m.group(0)
-
-    def resolve(target: str) -> str | None:
-        path = (ROOT / target).resolve()
-        return target if path in set(lessons) | set(exercises) else None
 
     lesson_list = re.sub(r"\*\*(\d\d) · ([^*]+)\*\*", link_lesson, sections["The lessons"])
     parts = [sections[""]]
@@ -158,11 +197,15 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide:
                  "[how to work one](exercises/index.md).\n")
     if conventions:
         parts += ["## Conventions\n", conventions]
+    if "Where to go next" in sections:
+        parts += ["## Where to go next\n", sections["Where to go next"]]
     toc = ["```{toctree}", ":caption: Lessons", ":hidden:", ""]
     toc += [f"notebooks/{nb.stem}" for nb in lessons] + ["```", "", "```{toctree}", ":caption: Exercises",
                                                           ":hidden:", "", "exercises/index"]
     toc += [f"exercises/{nb.stem}" for nb in exercises] + ["```", ""]
-    index = relink("\n".join(parts), resolve) + "\n" + "\n".join(toc)
+    toc += ["```{toctree}", ":caption: Guides", ":hidden:", ""]
+    toc += [f"docs/{name.removesuffix('.md')}" for name in guides(readme)] + ["```", ""]
+    index = retarget("\n".join(parts), "README.md", "index.md", published) + "\n" + "\n".join(toc)
 
     learners = how_to.split("\n", 1)[1].strip() + "\n" if how_to.startswith("# ") else None
     ex = ["# How to work an exercise\n",
@@ -170,7 +213,7 @@ def landing_page(readme: str, lessons: list[Path], exercises: list[Path], guide:
           "and a check cell that tells you at once whether your answer is right. These pages show them "
           "as handed out; work them in JupyterLab.\n"]
     if learners:
-        ex += ["## Step by step\n", relink(learners, lambda t: None)]
+        ex += ["## Step by step\n", retarget(learners, "docs/exercises.md", "exercises/index.md", published)]
     ex += ["## The exercise notebooks\n"]
     ex += [f"- [{title(nb)}]({nb.name})" for nb in exercises]
     return index, "\n".join(ex) + "\n"
@@ -196,10 +239,20 @@ def assemble(src: Path, execute_lessons: bool) -> list[Path]:
     written: set[Path] = set()
     docs = {name: (ROOT / "docs" / name).read_text() if (ROOT / "docs" / name).exists() else ""
             for name in ("lessons.md", "exercises.md")}
-    index, ex_index = landing_page((ROOT / "README.md").read_text(), lessons, exercises,
+    readme = (ROOT / "README.md").read_text()
+    index, ex_index = landing_page(readme, lessons, exercises,
                                    docs["lessons.md"], docs["exercises.md"], clone_url())
     _write(src / "index.md", index, written)
     _write(src / "exercises" / "index.md", ex_index, written)
+    published = site_map(lessons + exercises, readme)
+    for name in guides(readme):
+        text = retarget((ROOT / "docs" / name).read_text(), f"docs/{name}", f"docs/{name}", published)
+        _write(src / "docs" / name, text, written)
+    for image in (p for p in (ROOT / "docs").glob("*") if p.suffix in DOC_IMAGES):
+        copy = src / "docs" / image.name  # a figure a guide shows, e.g. docs/class_report.png
+        if not copy.exists() or copy.read_bytes() != image.read_bytes():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(image, copy)
     for path in lessons + exercises:
         nb = execute(path) if execute_lessons and path in lessons else None
         nb = prepare_notebook(path, src, published, nb)
@@ -225,9 +278,9 @@ def build(build_dir: Path, execute_lessons: bool = False, jobs: int = 1) -> Path
             "-j", str(jobs), str(src), str(out)]
     if build_main(args) != 0:
         raise BookError(f"Sphinx reported the warnings above (they fail the build, so that no page "
-                        f"ships with a broken link or formula). Fix them in the repository's notebook or "
-                        f"README.md: {src}/<folder>/<name> is a copy of <folder>/<name>, and a location "
-                        f"<name>.ipynb:NNNNLL means cell NNNN (from 0), line LL.")
+                        f"ships with a broken link or formula). Fix them in the repository's notebook, "
+                        f"README.md or docs/: {src}/<folder>/<name> is a copy of <folder>/<name>, and a "
+                        f"location <name>.ipynb:NNNNLL means cell NNNN (from 0), line LL.")
     (out / ".nojekyll").touch()  # GitHub Pages: serve _static/ and _images/ as they are
     for path in notebooks:  # the download button offers the repository's own notebook
         dest = out / "_sources" / path.parent.name / path.name
