@@ -1,11 +1,13 @@
 """The exercise notebooks work unchanged with nbgrader, proven headless in a temporary course.
 
-``nbgrader generate_assignment`` on solutions/, configured as docs/instructors.md says, must give the same
+Each lesson is an nbgrader assignment of its own (source/06_rope/06_rope.ipynb), as docs/instructors.md
+says. ``nbgrader generate_assignment`` on solutions/, configured as that page says, must give the same
 student notebooks as exercises/, byte for byte (tools/make_exercises.py runs nbgrader's own release
 preprocessors, in nbgrader's order; no explanation of a solution is released), and
 ``nbgrader autograde`` must give the solutions full marks and the blank exercises zero (three
 lessons), with the same points per notebook as posenc_lesson.tasks (every lesson). Two courses
-(each with its own sqlite gradebook) run side by side.
+(each with its own sqlite gradebook) run side by side: one releases every lesson at once ("*"), the
+other the autograded lessons one by one, by name.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from posenc_lesson import tasks as grading
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
-ASSIGNMENT = "exercises"
 STUB = 'raise NotImplementedError("Your code here: replace this line (see the hint above).")'
 
 CONFIG = """\
@@ -74,16 +75,26 @@ AUTOGRADED = ("01_permutation_equivariance", "06_rope", "07_alibi")
 
 
 def _course(root: Path, student: str, submitted_from: Path) -> Path:
+    """docs/instructors.md's layout: source/<lesson>/<lesson>.ipynb, submitted/<student>/<lesson>/."""
     root.mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
         CONFIG.format(root=str(root), db=f"sqlite:///{root / 'gradebook.db'}", stub=STUB)
         + EXPLANATION_CONFIG)
-    shutil.copytree(SOLUTIONS, root / "source" / ASSIGNMENT)
-    submitted = root / "submitted" / student / ASSIGNMENT
-    submitted.mkdir(parents=True)
+    for path in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"):
+        (root / "source" / path.stem).mkdir(parents=True)
+        shutil.copy2(path, root / "source" / path.stem / path.name)
     for stem in AUTOGRADED:
+        submitted = root / "submitted" / student / stem
+        submitted.mkdir(parents=True)
         shutil.copy2(submitted_from / f"{stem}.ipynb", submitted / f"{stem}.ipynb")
     return root
+
+
+def _one_by_one(root: Path, stems: tuple[str, ...]) -> subprocess.Popen:
+    """Releases the lessons by name, one after another (a gradebook takes one writer at a time)."""
+    for stem in stems[:-1]:
+        _wait(_start(root, "generate_assignment", stem))
+    return _start(root, "generate_assignment", stems[-1])
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +105,22 @@ def courses(tmp_path_factory):
     base = tmp_path_factory.mktemp("nbgrader")
     roots = {"solutions": _course(base / "a", "solutions", SOLUTIONS),
              "blank": _course(base / "b", "blank", EXERCISES)}
-    _wait(*[_start(root, "generate_assignment", ASSIGNMENT) for root in roots.values()])
-    _wait(*[_start(root, "autograde", ASSIGNMENT, "--student", student) for student, root in roots.items()])
+    every = _start(roots["solutions"], "generate_assignment", "*")
+    _wait(every, _one_by_one(roots["blank"], AUTOGRADED))
+    _wait(*[_start(root, "autograde", "*", "--student", student) for student, root in roots.items()])
     scores = {}
     for student, root in roots.items():
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-            submission = gb.find_submission(ASSIGNMENT, student)
-            scores[student] = {nb.name: (nb.score, nb.max_score) for nb in submission.notebooks
-                               if nb.name in AUTOGRADED}  # the gradebook lists the rest as missing
+            scores[student] = {}
+            for stem in AUTOGRADED:
+                [nb] = gb.find_submission(stem, student).notebooks  # one notebook per assignment
+                scores[student][nb.name] = (nb.score, nb.max_score)
             if student == "solutions":
-                released = {nb.name: nb.max_score for nb in gb.find_assignment(ASSIGNMENT).notebooks}
-    return {"release": roots["solutions"] / "release" / ASSIGNMENT, "scores": scores, "max": released}
+                released = {nb.name: nb.max_score for a in gb.assignments for nb in a.notebooks}
+                assert all(len(a.notebooks) == 1 and a.name == a.notebooks[0].name for a in gb.assignments)
+    release = roots["solutions"] / "release"
+    return {"release": release, "released": sorted(release.glob("*/*.ipynb")), "scores": scores,
+            "max": released}
 
 
 def _stems(folder: Path) -> list[str]:
@@ -113,15 +129,17 @@ def _stems(folder: Path) -> list[str]:
 
 def test_generate_assignment_gives_the_committed_exercises(courses):
     """Same cells (types, sources, ids, outputs, all metadata: nbgrader's checksums included), same bytes."""
-    assert _stems(courses["release"]) == _stems(EXERCISES) == _stems(SOLUTIONS)
+    assert [p.relative_to(courses["release"]).as_posix() for p in courses["released"]] == [
+        f"{stem}/{stem}.ipynb" for stem in _stems(EXERCISES)]
+    assert _stems(EXERCISES) == _stems(SOLUTIONS)
     for stem in _stems(EXERCISES):
-        released = nbformat.read(courses["release"] / f"{stem}.ipynb", as_version=4)
+        released = nbformat.read(courses["release"] / stem / f"{stem}.ipynb", as_version=4)
         ours = nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
         assert released.metadata == ours.metadata, stem
         assert len(released.cells) == len(ours.cells), stem
         for i, (a, b) in enumerate(zip(released.cells, ours.cells, strict=True)):
             assert a == b, f"{stem} cell {i}:\nnbgrader: {a}\nexercises/: {b}"
-        released_bytes = (courses["release"] / f"{stem}.ipynb").read_bytes()
+        released_bytes = (courses["release"] / stem / f"{stem}.ipynb").read_bytes()
         assert released_bytes == (EXERCISES / f"{stem}.ipynb").read_bytes(), stem
 
 
@@ -156,16 +174,20 @@ def test_the_explanation_config_is_the_generators_and_the_readmes():
     readme = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
     assert all(line in readme for line in EXPLANATION_CONFIG.splitlines()), (
         "docs/instructors.md's nbgrader_config.py must carry the lines that drop the explanation cells")
+    # and its layout is this file's: an assignment per lesson, named after the lesson's notebook
+    assert "source/06_rope/06_rope.ipynb" in readme and "submitted/<student>/06_rope/06_rope.ipynb" in readme
 
 
 def test_no_explanation_is_released(courses):
-    for path in sorted(courses["release"].glob("*.ipynb")):
+    assert courses["released"]
+    for path in courses["released"]:
         assert "solution_explanation" not in path.read_text(encoding="utf-8"), path.name
         assert "**Why this works.**" not in path.read_text(encoding="utf-8"), path.name
 
 
 def test_released_stubs_are_the_contract_stub(courses):
-    for path in sorted(courses["release"].glob("*.ipynb")):
+    assert courses["released"]
+    for path in courses["released"]:
         nb = nbformat.read(path, as_version=4)
         solution_cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
         assert solution_cells
