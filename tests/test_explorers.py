@@ -60,6 +60,22 @@ def test_a_frame_is_a_deterministic_png_and_each_control_changes_it(explorer_id)
         assert render(e, {**first, name: other}) != png, f"{e.id}: moving {name} to {other!r} draws the same"
 
 
+def test_the_rope_pair_labels_never_overlap():
+    """The q and k labels of lesson 06's pair explorer sit apart in every frame the site offers
+    (they overlapped at pair 4, position 40, where the two arrows point alike)."""
+    import matplotlib.pyplot as plt
+
+    e = EXPLORERS["06_rope_pair_explorer"]
+    for values in e.combinations():
+        plt.close("all")
+        e.fn(**values)
+        fig = plt.gcf()
+        fig.canvas.draw()
+        labels = [t.get_window_extent() for t in fig.axes[0].texts if t.get_text()]
+        assert len(labels) == 2 and not labels[0].overlaps(labels[1]), values
+    plt.close("all")
+
+
 def test_draw_offset_returns_the_row_k_positions_on():
     after = early.draw_offset(k=3, pos=2, d_model=16)
     torch.testing.assert_close(after, get_sinusoidal_encoding(6, 16)[0, 5], rtol=0, atol=1e-6)

@@ -57,8 +57,15 @@ def rope_pair_explorer(position=5, pair=0, look_back=3):
     kx, ky = k_rot[2 * pair: 2 * pair + 2].tolist()
     ax0.annotate("", (qx, qy), (0, 0), arrowprops=dict(arrowstyle="->", color="C0", lw=2))
     ax0.annotate("", (kx, ky), (0, 0), arrowprops=dict(arrowstyle="->", color="C1", lw=2))
-    ax0.annotate(f"q at m={position}", (qx, qy), textcoords="offset points", xytext=(8, 8), color="C0")
-    ax0.annotate("k at n=0", (kx, ky), textcoords="offset points", xytext=(8, -14), color="C1")
+    # each label beyond its arrow's tip, turned 45 degrees away from the other arrow, so that the
+    # two never overlap, even where the arrows point alike (or coincide, at m = look_back)
+    apart = 1.0 if math.atan2(qx * ky - qy * kx, qx * kx + qy * ky) <= 0 else -1.0  # q ccw of k: +1
+    for text, (x, y), turn, colour in ((f"q at m={position}", (qx, qy), apart, "C0"),
+                                       ("k at n=0", (kx, ky), -apart, "C1")):
+        way = math.atan2(y, x) + turn * math.pi / 4
+        dx, dy = math.cos(way), math.sin(way)
+        ax0.annotate(text, (x, y), textcoords="offset points", xytext=(10 * dx, 10 * dy), color=colour,
+                     ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top")
     ax0.set_xlim(-1.2 * r, 1.2 * r)
     ax0.set_ylim(-1.2 * r, 1.2 * r)
     ax0.set_aspect("equal")
