@@ -61,7 +61,7 @@ def test_make_lab_serves_on_localhost_with_a_token(tmp_path):
             if not line:
                 break
             log.append(line)
-            m = re.search(rf"(http://127\.0\.0\.1:{port}/lab\?token=([0-9a-f]+))", line)
+            m = re.search(rf"(http://127\.0\.0\.1:{port}/lab\S*\?token=([0-9a-f]+))", line)
             url = m and m.group(1)
         assert url, "JupyterLab did not print its URL:\n" + "".join(log[-30:])
         token = url.rsplit("=", 1)[1]
