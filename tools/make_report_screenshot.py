@@ -36,7 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
 ROPE, SINUSOIDAL = "06_rope", "02_sinusoidal_encoding"
 EVE = '<img src=x onerror=alert(1)>eve&"\x1b[31m'  # HTML, a quote, an ANSI escape: all to be escaped
-SEED = 2024  # the hidden inputs' seed: the same scores every time
+SEED = 2024  # the hidden inputs' seed and, below, a fixed key: the same scores every time
+KEY = "5eed" * 16  # a fixed instructor key (64 hex digits) for this synthetic class only: with a
+# fresh key per run the hidden cases change, and the swapped layout can pass a case where the two
+# layouts agree (a pair count of 1), moving the worst-first order between runs
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -99,9 +102,14 @@ def build_class(folder: Path) -> Path:
 
 
 def grade(klass: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """posenc-grade on the class, two notebooks at a time, with the fixed seed."""
+    """posenc-grade on the class, two notebooks at a time, with the fixed seed and key (the key
+    file is written beside ``klass``, mode 0600, as posenc-grade makes its own)."""
+    key = klass.parent / "synthetic-class.key"
+    if not key.exists():
+        key.touch(mode=0o600)
+        key.write_text(KEY + "\n")
     cmd = [sys.executable, "-m", "posenc_lesson.grader", "--jobs", "2", "--seed", str(SEED),
-           "--timeout", "20", "--out", str(out), *extra, str(klass)]
+           "--key", str(key), "--timeout", "20", "--out", str(out), *extra, str(klass)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
