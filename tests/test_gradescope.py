@@ -212,17 +212,44 @@ except OSError:
 '''
 
 
-def _others_may_pass(path: Path) -> bool:
-    return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+UNSHARE = Path("/usr/bin/unshare")
 
 
-def _contained_or_skip() -> None:
+def _blocking(path: Path) -> list[Path]:
+    """The folders on the way to ``path`` (itself included) that other users cannot pass."""
+    return [p for p in (*reversed(path.parents), path) if not os.stat(p).st_mode & 0o001]
+
+
+def _contained_command(tmp: Path, command: list[str]) -> list[str]:
+    """``command`` as the test runs it, so that a kernel with a uid of its own can import this
+    Python and venv. Where they sit under a folder other users cannot pass (here and in CI:
+    /root, mode 700, holds pyenv's Python), the command runs in a mount namespace of its own in
+    which a mode-0711 folder lies over each such folder, holding bind mounts of exactly the
+    entries on the way (e.g. /root/.pyenv): what Gradescope's image gives, python3.11 under /usr
+    that everyone may run, without changing a mode on this machine. Skips where even that
+    cannot be done (not root, no capsh or unshare, one such folder inside another)."""
     if os.geteuid() != 0 or not CAPSH.exists():
         pytest.skip("contained-grading test skipped: needs root and capsh (to drop CAP_SYS_ADMIN)")
-    if not _others_may_pass(Path(sys.base_prefix).resolve()) or not _others_may_pass(VENV.resolve()):
+    needed = [Path(sys.base_prefix).resolve(), VENV.resolve(), ROOT]
+    blocking = sorted({b for path in needed for b in _blocking(path)})
+    if not blocking:
+        return command
+    if not UNSHARE.exists() or any(a in b.parents for a in blocking for b in blocking):
         pytest.skip(f"contained-grading test skipped: this Python ({sys.base_prefix}) or venv is in a "
-                    "folder other users cannot pass (e.g. /root, mode 700), so a kernel with a uid of its "
-                    "own could not import it; Gradescope's setup.sh installs python3.11 under /usr")
+                    "folder other users cannot pass, and it could not be laid open in a mount namespace")
+    script = []
+    for n, folder in enumerate(blocking):
+        view = tmp / f"view{n}"
+        for child in sorted({path.relative_to(folder).parts[0] for path in needed
+                             if folder in path.parents}):
+            (view / child).mkdir(parents=True)
+            script.append(f"mount --bind {folder / child} {view / child}")
+        view.mkdir(exist_ok=True)
+        view.chmod(0o711)
+        script.append(f"mount --rbind {view} {folder}")
+    inner = " ".join(f"'{part}'" for part in command)
+    return [str(UNSHARE), "-m", "--propagation", "private", "sh", "-ec",
+            " && ".join(script) + f" && exec {inner}"]
 
 
 def _walled(tmp: Path) -> Path:
@@ -242,7 +269,6 @@ def _walled(tmp: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("upload", ["solution", "blank"])
 def test_autograder_without_cap_sys_admin_grades_with_the_container_as_sandbox(tmp_path, upload):
-    _contained_or_skip()
     notebook = _walled(tmp_path) if upload == "solution" else ROOT / "exercises" / f"{STEM}.ipynb"
     root = tmp_path / "autograder"
     (root / "submission").mkdir(parents=True)
@@ -250,7 +276,8 @@ def test_autograder_without_cap_sys_admin_grades_with_the_container_as_sandbox(t
     (root / "submission" / notebook.name).write_bytes(notebook.read_bytes())
     tops = [ROOT / "posenc_lesson", ROOT / "solutions"]
     modes = {p: p.lstat().st_mode for top in tops for p in [top, *top.rglob("*")]}
-    command = [str(CAPSH), "--drop=cap_sys_admin", "--", "-c", str(AUTOGRADER / "run_autograder")]
+    command = _contained_command(tmp_path, [str(CAPSH), "--drop=cap_sys_admin", "--", "-c",
+                                            str(AUTOGRADER / "run_autograder")])
     try:  # (the grader takes other users' access to its files away: this checkout's are given back)
         out = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600,
                              env={**os.environ, "AUTOGRADER_ROOT": str(root), "POSENC_VENV": str(VENV)})
