@@ -92,3 +92,38 @@ def test_the_numbers_lesson_11_quotes_are_the_committed_csvs():
     for quoted in (span("sincos", 6, "moved"), span("rope_norm", 12, "train_spacing"),
                    span("rope", 12, "window"), span("rope", 12, "as trained")):
         assert quoted in text, quoted
+
+
+def test_the_scene_is_the_training_task_drawn_with_bigger_patches():
+    g = torch.Generator().manual_seed(0)
+    tokens, targets = lab.scene_batch(2, 12, 6, 8, generator=g)
+    small, small_targets = lab.diagonal_batch(2, 6, 8, generator=torch.Generator().manual_seed(0))
+    assert tokens.shape == (2, 12, 12) and targets.shape == (2, 144)
+    assert torch.equal(tokens[:, ::2, ::2], small) and torch.equal(tokens[:, 1::2, 1::2], small)
+    t = targets.view(2, 12, 12)
+    assert torch.equal(t[:, :10, :10], tokens[:, 2:, 2:])  # the block one down and right: 2 patches away
+    assert (t[:, 10:] == IGNORE).all() and (t[:, :, 10:] == IGNORE).all()
+    assert torch.equal(t[:, ::2, ::2].flatten(1), small_targets)
+    with pytest.raises(ValueError, match="grid must be a multiple of scene"):
+        lab.scene_batch(2, 10, 6, 8)
+
+
+def test_trained_block_and_outside_block_split_the_scored_patches():
+    make = lab.functools.partial(lab.diagonal_batch, 3, 9, 8)
+    inside = lab._in_block(make, 6, inside=True)(generator=torch.Generator().manual_seed(1))[1]
+    outside = lab._in_block(make, 6, inside=False)(generator=torch.Generator().manual_seed(1))[1]
+    full = make(generator=torch.Generator().manual_seed(1))[1]
+    assert torch.equal(torch.where(inside != IGNORE, inside, outside), full)
+    assert ((inside != IGNORE) & (outside != IGNORE)).sum() == 0
+    scored = (inside.view(3, 9, 9) != IGNORE).nonzero()[:, 1:]
+    assert int(scored.max()) == 4 and len(scored) == 3 * 25  # patches (0..4, 0..4): neighbour inside 6x6
+
+
+def test_the_committed_split_of_sincos_averages_to_its_accuracy():
+    rows = {(r["scheme"], r["seed"], r["grid"], r["positions"]): r["token_accuracy"] for r in lab.read_csv()}
+    for seed in lab.FULL.seeds:
+        for g in lab.FULL.test_grids[1:]:
+            n_in, n_all = 25, (g - 1) ** 2
+            mixed = (n_in * rows["sincos", seed, g, "trained_block"]
+                     + (n_all - n_in) * rows["sincos", seed, g, "outside_block"]) / n_all
+            assert abs(mixed - rows["sincos", seed, g, "as trained"]) < 1e-3

@@ -29,6 +29,15 @@ Interventions, each a second evaluation of the same trained model (column ``posi
                            instead of 2/G: the offset to the neighbour is the trained one again
     rope_norm, "train_spacing+window"   both
 
+and three evaluations that change the images or the scoring, not the coordinates:
+
+    every scheme, "scene"  the same 6 x 6 scene drawn at G = k * G_train patches: each symbol fills a
+                           k x k block, the target is the symbol of the block one down and one right,
+                           k patches away (scene_batch): a task defined in fractions of the image
+    sincos, "trained_block"   the G x G grid scored only where a patch and its neighbour lie in the top-left
+                           G_train x G_train block, the absolute positions training saw; "outside_block"
+                           the rest (the same images as "as trained", split in two)
+
 and the token accuracy of each (scheme, seed, grid, positions) goes to notebooks/11_results.csv:
 
     scheme,seed,train_grid,grid,positions,token_accuracy
@@ -63,11 +72,13 @@ from .train import evaluate, train
 
 __all__ = ["CSV_COLUMNS", "FAST", "FULL", "RESULTS_CSV", "SCHEMES", "TinyViT", "VisionConfig",
            "config_from_env",
-           "diagonal_batch", "evaluate_grid", "read_csv", "run_vision_lab", "train_vit", "write_csv"]
+           "diagonal_batch", "evaluate_grid", "read_csv", "run_vision_lab", "scene_batch", "train_vit",
+           "write_csv"]
 
 SCHEMES = ("learned", "sincos", "rope", "rope_norm")
 CSV_COLUMNS = ("scheme", "seed", "train_grid", "grid", "positions", "token_accuracy")
 RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "11_results.csv"
+SCORING = ("scene", "trained_block", "outside_block")  # other images or scoring; coordinates as trained
 
 
 def diagonal_batch(batch_size: int, grid: int, vocab_size: int, *, generator: torch.Generator | None = None):
@@ -76,6 +87,34 @@ def diagonal_batch(batch_size: int, grid: int, vocab_size: int, *, generator: to
     targets = torch.full((batch_size, grid, grid), IGNORE, dtype=torch.long)  # (B, G, G)
     targets[:, :-1, :-1] = tokens[:, 1:, 1:]
     return tokens, targets.flatten(1)  # (B, G, G), (B, G*G)
+
+
+def scene_batch(batch_size: int, grid: int, scene: int, vocab_size: int, *,
+                generator: torch.Generator | None = None):
+    """A scene x scene symbol grid drawn at grid x grid patches (each symbol a k x k block, k = grid / scene).
+
+    targets (B, G*G): at patch (y, x) the symbol of block (y // k + 1, x // k + 1), k patches down and
+    right; -100 in the last row and column of blocks. With k = 1 this is diagonal_batch.
+    """
+    if grid % scene:
+        raise ValueError(f"grid must be a multiple of scene (each symbol a k x k block); got grid={grid}, "
+                         f"scene={scene}")
+    k = grid // scene
+    cells, targets = diagonal_batch(batch_size, scene, vocab_size, generator=generator)  # (B, s, s), (B, s*s)
+    tokens = cells.repeat_interleave(k, 1).repeat_interleave(k, 2)  # (B, G, G)
+    targets = targets.view(-1, scene, scene).repeat_interleave(k, 1).repeat_interleave(k, 2)  # (B, G, G)
+    return tokens, targets.flatten(1)  # (B, G, G), (B, G*G)
+
+
+def _in_block(batch_fn, train_grid: int, inside: bool):
+    """batch_fn's batches, scored only inside (or only outside) the top-left trained block."""
+    def make(*, generator=None):
+        tokens, targets = batch_fn(generator=generator)  # (B, G, G), (B, G*G)
+        g = tokens.shape[1]
+        idx = grid_positions(g, g)  # (G*G, 2)
+        keep = (idx < train_grid - 1).all(-1)  # (G*G,): the patch and its neighbour lie in the block
+        return tokens, targets.masked_fill(keep != inside, IGNORE)
+    return make
 
 
 def coordinates(scheme: str, grid: int, train_grid: int, positions: str = "as trained") -> Tensor:
@@ -213,9 +252,14 @@ def train_vit(config: VisionConfig, scheme: str, seed: int, *,
 def evaluate_grid(model: TinyViT, config: VisionConfig, grid: int, *, positions: str = "as trained",
                   seed: int = 0) -> float:
     """Token accuracy of ``model`` on grid x grid images, with the coordinates ``positions``."""
-    model.positions = positions
+    model.positions = "as trained" if positions in SCORING else positions
     try:
         batches = functools.partial(diagonal_batch, config.eval_batch_size, grid, config.vocab_size)
+        if positions == "scene":
+            batches = functools.partial(scene_batch, config.eval_batch_size, grid, config.train_grid,
+                                        config.vocab_size)
+        elif positions in ("trained_block", "outside_block"):
+            batches = _in_block(batches, config.train_grid, inside=positions == "trained_block")
         return evaluate(model, batches, batches=config.eval_batches, seed=10_000 + seed)["token_accuracy"]
     finally:
         model.positions = "as trained"
@@ -223,13 +267,16 @@ def evaluate_grid(model: TinyViT, config: VisionConfig, grid: int, *, positions:
 
 def interventions(scheme: str, grid: int, train_grid: int) -> list[str]:
     """The ``positions`` settings the lab evaluates for (scheme, grid), "as trained" first."""
+    scene = ["scene"] if grid > train_grid and grid % train_grid == 0 else []
     if scheme == "sincos":
-        return ["as trained", "moved"] if grid == train_grid else ["as trained"]
+        if grid == train_grid:
+            return ["as trained", "moved"]
+        return ["as trained", "trained_block", "outside_block"] + scene
     if scheme == "rope":
-        return ["as trained", "moved"] + (["window"] if grid > train_grid else [])
+        return ["as trained", "moved"] + (["window"] if grid > train_grid else []) + scene
     if scheme == "rope_norm" and grid > train_grid:
-        return ["as trained", "train_spacing", "train_spacing+window"]
-    return ["as trained"]
+        return ["as trained", "train_spacing", "train_spacing+window"] + scene
+    return ["as trained"] + scene
 
 
 def _rows(model: TinyViT, config: VisionConfig, scheme: str, seed: int) -> list[dict]:
