@@ -100,6 +100,8 @@ class PositionSpec:
         dim = self.rotary_dims[layer] if self.rotary_dims else self.rotary_dim
         assert p is not None and dim is not None
         kind = p["rope_type"]
+        if kind == "axial":  # a vision tower's axial RoPE: fixed per-axis frequencies, no scaling
+            return types_.axial_inv_freq(dim, p), 1.0
         if kind not in METHOD_OF:
             raise ValueError(f"rope_type {kind!r} of layer {layer} is not one of {sorted(METHOD_OF)}")
         for key in NUMBERS:
@@ -356,7 +358,9 @@ def _describe_general(config: dict, model_type: str, entry: dict) -> PositionSpe
     """Any model type of positions_data/model_types.json, by the general rules of field_guide_types."""
     cfg = types_.merged(types_.text_part(config, entry), entry)
     schemes, kinds, rope = types_.layers(cfg, entry)
-    dims = [types_.rotary_width(cfg, entry, p) if p else None for p in rope]
+    dims = [
+        types_.rotary_width(types_.layer_config(cfg, i), entry, p) if p else None for i, p in enumerate(rope)
+    ]
     some = next((d for d in dims if d), None)
     extras = {k: cfg[k] for k in ("sliding_window", "max_position_embeddings") if cfg.get(k) is not None}
     if entry.get("table"):

@@ -173,6 +173,38 @@ DIM_RULES = {  # the rotated width of a head, as the rotary modules of transform
 }
 
 
+AXIAL = {  # rope_type "axial" (vision towers): the width each axis's frequencies are computed for, from the
+    # head width D, and whether the two axes take alternate frequencies of one table (Pixtral)
+    "2 axes": lambda d: (d // 2, False),  # Qwen2-VL and most towers: h and w each D/2 channels
+    "3 axes": lambda d: (2 * ((d // 3) // 2), False),  # t, h, w each a third (the rest passes through)
+    "alternate": lambda d: (d, True),  # Pixtral: theta_i = base^(-2i/D), h the even i, w the odd i
+}
+
+
+def axial_inv_freq(dim: int, params: dict):
+    """A vision tower's axial RoPE frequencies, as its rotary module holds them (lesson 11's axial_angles
+    for axes of the per-axis width: theta_i = base^(-2i / width)). (count,) float32."""
+    import torch
+
+    width, alternate = AXIAL[params.get("axial") or "2 axes"](dim)
+    base = float(params["rope_theta"])
+    inv = 1.0 / (base ** (torch.arange(0, width, 2, dtype=torch.float) / width))  # (width // 2,)
+    return torch.cat([inv[0::2], inv[1::2]]) if alternate else inv
+
+
+def layer_config(cfg: dict, layer: int) -> dict:
+    """cfg with layer ``layer``'s own overrides: transformers' heterogeneous configs keep them in
+    per_layer_config, keyed by the layer's index (Gemma 4: {"05": {"head_dim": 512}, ...})."""
+    per = cfg.get("per_layer_config")
+    if isinstance(per, list) and layer < len(per) and isinstance(per[layer], dict):
+        return {**cfg, **per[layer]}
+    if isinstance(per, dict):
+        for key, overrides in per.items():
+            if str(key).lstrip("0") == str(layer).lstrip("0") and isinstance(overrides, dict):
+                return {**cfg, **overrides}
+    return cfg
+
+
 def layer_kinds(cfg: dict, n: int) -> list[str | None]:
     """Each layer's type: layer_types, or the hybrid keys of Mamba hybrids (Jamba's attn_layer_period and
     offset, Bamba's attn_layer_indices, Zamba's layers_block_type, Nemotron-H's hybrid_override_pattern:
@@ -253,7 +285,10 @@ def layers(cfg: dict, entry: dict) -> tuple[list[str], list[str | None], list[di
             rope.append(None)
         elif LAYER_RULES[entry.get("layers", "all")](cfg, i, t):
             schemes.append("rope")
-            rope.append(rope_parameters(cfg, t))
+            params = rope_parameters(cfg, t)
+            if params["rope_type"] == "axial":
+                params["axial"] = entry.get("axial", "2 axes")
+            rope.append(params)
         else:
             schemes.append("nope")
             rope.append(None)

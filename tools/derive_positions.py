@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -243,15 +244,18 @@ def derive(rec: dict) -> dict:
         probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
         entry["layout"] = probe.get("layout")
     first_reason = None
+    axial = list(types_.AXIAL) if '"axial"' in json.dumps(rec["config"]) else [None]
     combos = (
-        [(d, lr) for d in types_.DIM_RULES for lr in types_.LAYER_RULES]
+        [(d, lr, ax) for ax in axial for d in types_.DIM_RULES for lr in types_.LAYER_RULES]
         if entry["scheme"] == "rope"
-        else [(None, None)]
+        else [(None, None, None)]
     )
-    for dim, layer_rule in combos:
+    for dim, layer_rule, form in combos:
         trial = dict(entry)
         if dim:
             trial.update(dim=dim, layers=layer_rule)
+        if form:
+            trial["axial"] = form
         reason = None
         for cfg, facts in cases(rec):
             try:
@@ -290,6 +294,15 @@ def short(facts: dict) -> dict:
     return facts
 
 
+def grouped(refused: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """Refused types grouped by their reason with the numbers and names in it left out, biggest first."""
+    groups: dict[str, list[str]] = {}
+    for model_type, why in sorted(refused.items()):
+        key = re.sub(r"\[[^\]]*\]|'[^']*'|\d+(\.\d+)?(e-?\d+)?", "_", why.replace("\n", " "))[:90]
+        groups.setdefault(key, []).append(model_type)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
 def main() -> None:
     recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     version = recs[0]["transformers_version"]
@@ -320,6 +333,8 @@ def main() -> None:
         f"{len(shipped)} types, {len(shipped) - len(refused)} described, {len(refused)} refused; "
         f"{SHIPPED.stat().st_size / 1024:.0f} KiB shipped, {FACTS.stat().st_size / 1024:.0f} KiB facts"
     )
+    for reason, names in grouped(refused):
+        print(f"{len(names):4d}  {reason}: {' '.join(names)}")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ def relevant(d: dict) -> dict:
     """The keys of a config dict that can bear on positions (sub-configs kept whole)."""
     out = {}
     for k, v in d.items():
-        if isinstance(v, dict) and k.endswith("config"):
+        if k == "per_layer_config":  # a heterogeneous config's overrides by layer index (Gemma 4)
+            out[k] = v
+        elif isinstance(v, dict) and k.endswith("config"):
             out[k] = relevant(v)
         elif KEYS.search(k) and not (isinstance(v, list) and len(v) > 4096):
             out[k] = v
@@ -410,7 +412,9 @@ def read_pairs(m: torch.Tensor, width: int, dh: int) -> dict:
     if not pairs:
         return {"probe": "nothing turned", "rotated": 0}
     r = 2 * len(pairs)
-    if all(b - a == r // 2 and a == k for k, (a, b) in enumerate(pairs)):
+    if all(b - a == r // 2 and a == k for k, (a, b) in enumerate(pairs)) or all(
+        b - a == width // 2 and a == k for k, (a, b) in enumerate(pairs)
+    ):  # rotate_half on the rotated channels, or on the whole head with some pairs at angle 0 (p-RoPE)
         layout = "half"
     elif all(a == 2 * k and b == a + 1 for k, (a, b) in enumerate(pairs)):
         layout = "interleaved"
@@ -428,13 +432,33 @@ def read_pairs(m: torch.Tensor, width: int, dh: int) -> dict:
     }
 
 
+def safe_get(cfg, key):
+    """cfg.key, or None where a heterogeneous config (Gemma 4) refuses a global read of a per-layer key."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:
+        return None
+
+
+def layer_config(cfg, layer_type):
+    """The config a layer of this type is built from: per_layer_config[layer_type] where the config
+    is heterogeneous (Gemma 4's full-attention layers are 512 wide, its sliding ones 256), else cfg."""
+    per = safe_get(cfg, "per_layer_config")
+    if per is None or layer_type in (None, "None"):
+        return cfg
+    try:
+        return per[layer_type]
+    except Exception:
+        return cfg
+
+
 def head_dim_of(tc, n_inv: int) -> int:
     for key in ("head_dim", "qk_rope_head_dim", "attention_head_size", "d_head"):
-        v = getattr(tc, key, None)
+        v = safe_get(tc, key)
         if isinstance(v, int) and v >= 2 * n_inv:
             return v
-    hidden = getattr(tc, "hidden_size", None) or getattr(tc, "d_model", None)
-    heads = getattr(tc, "num_attention_heads", None) or getattr(tc, "num_heads", None)
+    hidden = safe_get(tc, "hidden_size") or safe_get(tc, "d_model")
+    heads = safe_get(tc, "num_attention_heads") or safe_get(tc, "num_heads")
     if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden // heads >= 2 * n_inv:
         return hidden // heads
     return 2 * n_inv
@@ -474,7 +498,7 @@ def rotary_facts(rotary: dict, tc, module, fn_name: str, config=None) -> dict:
         if config is None:
             probes = {}
             for lt, b in entry["buffers"].items():
-                dh = head_dim_of(getattr(rot, "config", tc), len(b["inv_freq"]))
+                dh = head_dim_of(layer_config(getattr(rot, "config", tc), lt), len(b["inv_freq"]))
                 try:
                     probes[lt] = probe(module, rot, dh, lt, getattr(rot, "config", tc), fn_name)
                 except Exception as err:
@@ -528,8 +552,61 @@ def own_model_class(cfg):
     )
 
 
+REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled as the common configs do
+    "head_dim": lambda c: c.hidden_size // c.num_attention_heads,
+    "num_key_value_heads": lambda c: c.num_attention_heads,
+    "vocab_size": lambda c: 32_000,
+    "layer_types": lambda c: ["full_attention"] * c.num_hidden_layers,
+}
+
+
+def repair(cfg) -> list[str]:
+    """Fill REPAIRS' keys that are None in cfg and its sub-configs; the keys filled."""
+    filled = []
+    subs = [v for v in vars(cfg).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
+    for c in [cfg, *subs]:
+        for key, fill in REPAIRS.items():
+            if key in c.to_dict() and safe_get(c, key) is None:
+                try:
+                    setattr(c, key, fill(c))
+                    filled.append(key)
+                except Exception:
+                    continue
+    return filled
+
+
+def build(cfg, tc):
+    """The model on the meta device: AutoModel, else cfg's own model class; failing both, the same with
+    REPAIRS filled in; failing that, the text stack alone from the text config (a tower that needs timm).
+    Returns (model, how): "default", "repaired" or "text_config"."""
+    from transformers import AutoModel
+
+    def attempt(c):
+        errors = []
+        for make in (AutoModel.from_config, lambda c: own_model_class(c)(c)):
+            try:
+                with torch.device("meta"):
+                    return make(c), None
+            except Exception as err:
+                errors.append(f"{type(err).__name__}: {err}"[:140])
+        return None, "; ".join(errors)
+
+    model, first_err = attempt(cfg)
+    if model is not None:
+        return model, "default"
+    if repair(cfg):
+        model, _ = attempt(cfg)
+        if model is not None:
+            return model, "repaired"
+    if tc is not cfg:
+        model, _ = attempt(tc)
+        if model is not None:
+            return model, "text_config"
+    raise RuntimeError(first_err)
+
+
 def record(mt: str, overrides: dict | None = None) -> dict:
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     rec: dict = {"model_type": mt, "config_class": CONFIG_MAPPING_NAMES[mt]}
@@ -546,15 +623,15 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     )
     rec["alibi_config"] = sorted(k for k in cfg.to_dict() if "alibi" in k.lower())
     try:
-        with torch.device("meta"):
-            model = AutoModel.from_config(cfg)
+        model, how = build(cfg, tc)
     except Exception as err:
-        try:  # a sub-model's config (vision tower, text model) that AutoModel does not map
-            with torch.device("meta"):
-                model = own_model_class(cfg)(cfg)
-        except Exception as err2:
-            rec["error"] = f"model: {type(err).__name__}: {err}; {type(err2).__name__}: {err2}"[:300]
-            return rec
+        rec["error"] = f"model: {err}"[:300]
+        return rec
+    if how == "repaired":  # the keys filled in are part of the config the facts belong to
+        rec["repaired"] = True
+        rec["config"] = relevant(cfg.to_dict())
+    elif how == "text_config":  # only the text stack was built: towers unknown
+        rec["built_from"] = "text_config"
     rec["model_class"] = type(model).__name__
     module = modeling_module(model)
     try:
@@ -571,7 +648,8 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     except Exception as err:
         rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
     if found["rotary"]:
-        fns = [f for f in rec.get("apply_fns", []) if "vision" not in f.split(":")[1]]
+        found_fns = rec.get("apply_fns", [])  # the text stack's first; a vision model has only its own
+        fns = [f for f in found_fns if "vision" not in f.split(":")[1]] or found_fns
         fn_module, fn_name = fns[0].split(":") if fns else (module.__name__, "apply_rotary_pos_emb")
         module = importlib.import_module(fn_module)
         rec["rotary"] = rotary_facts(found["rotary"], tc, module, fn_name)
