@@ -145,3 +145,36 @@ def test_the_hub_the_links_and_the_site_pull_the_release():
     assert live["branch"] == make_release.BRANCH
     guide = (ROOT / "docs" / "instructors.md").read_text()
     assert "tools/make_release.py" in guide and f"git push origin {make_release.BRANCH}" in guide
+
+
+def test_the_release_names_no_command_and_links_no_file_it_lacks(clone, tmp_path):
+    """The release's README and Makefile are its own (make_release.release_readme, release_makefile):
+    every `make` target they name exists in it and runs there (`make -n`), none needs tests/,
+    solutions/, tools/ or benchmarks/, and every relative link of the README leads to a file of the
+    release. HEAD's own README names `make test`, so the filter is not idle."""
+    import re
+
+    make_release.make_release(clone)  # None: the tests above built it already
+    files = _files(clone, "learners")
+    readme, makefile = files["README.md"], files["Makefile"]
+    targets = set(re.findall(r"^([a-z][\w-]*):(?!=)", makefile, flags=re.M))
+    offered = re.findall(r'@echo "make (\S+)', makefile)
+    named = make_release.MAKE_TARGET.findall(readme)
+    assert "test" in make_release.MAKE_TARGET.findall(_files(clone, "HEAD")["README.md"])
+    assert "lab" in named and set(named) <= targets and set(offered) <= targets, (named, offered)
+    assert not set(make_release.DROPPED) & (targets | set(named) | set(offered))
+    body = makefile.split("\n\n", 1)[1]  # below the release's own header
+    assert not [word for word in make_release.ABSENT if word in body]
+    assert "This is the learners' release" in readme
+    for link in re.findall(r"\]\(([^)#\s]+)", readme):
+        if "://" not in link:
+            assert link in files or any(name.startswith(link.rstrip("/") + "/") for name in files), link
+    if shutil.which("make") is None or shutil.which("tar") is None:
+        pytest.skip("make -n skipped: make or tar is not installed")
+    tree = tmp_path / "learners"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "learners"], cwd=clone, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    for target in sorted(set(offered) | set(named)):
+        done = subprocess.run(["make", "-n", target], cwd=tree, capture_output=True, text=True)
+        assert done.returncode == 0, (target, done.stderr[-2000:])
