@@ -7,12 +7,14 @@
 
 For each home folder matching --homes ({student} stands for the learner's name), copies
 <home>/<course>/exercises/NN_*.ipynb to <out>/<student>/NN_*.ipynb (with --exercise NN, only
-that lesson's; the default is every exercise notebook): the layout posenc-grade reads. A
+that lesson's, with --exercise 01,06 those two; the default is every exercise notebook, also the
+untouched ones of lessons not set): the layout posenc-grade reads. A
 learner whose home has no course folder (never pulled it, or removed it) still gets an empty
 <out>/<student>/, and ``posenc-grade --expect 01`` gives them a row "missing". Only
 regular files are copied (a link in a learner's folder is skipped and reported), the learners'
 files are never changed, and an existing <out>/<student>/ is refused unless --force (a
-collection is a snapshot: collect into a fresh folder each time).
+collection is a snapshot: collect into a fresh folder each time). A bad argument or an existing
+folder is refused with a one-line error (exit status 2); no home matching --homes, exit status 1.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ def collect(homes: str, course: str, out: Path, *, exercise: str = "[0-9][0-9]",
         homes: a path template with "{student}" in it, e.g. "/home/jupyter-{student}".
         course: the folder in each home the course was pulled into (nbgitpuller's targetpath).
         out: the submissions folder to write, one sub-folder per student.
-        exercise: the lesson number(s) to collect, e.g. "01" (a glob; default every lesson).
+        exercise: the lesson numbers to collect, e.g. "01" or "01,06" (each may be a glob;
+            default every lesson).
     """
     if homes.count("{student}") != 1:
-        raise ValueError("homes must contain {student} once, e.g. '/home/jupyter-{student}'; "
+        raise ValueError("--homes must contain {student} once, e.g. '/home/jupyter-{student}'; "
                          f"got {homes!r}")
+    lessons = [part.strip() for part in exercise.split(",")]
+    if not all(re.fullmatch(r"[0-9\[\]*?-]+", part) for part in lessons):
+        raise ValueError(f"--exercise takes lesson numbers, e.g. 01 or 01,06; got {exercise!r}")
     prefix, suffix = homes.split("{student}")
     pattern = re.compile(re.escape(prefix) + r"([A-Za-z0-9._@-]+)" + re.escape(suffix) + r"$")
     collected: dict[str, list[str]] = {}
@@ -56,7 +62,7 @@ def collect(homes: str, course: str, out: Path, *, exercise: str = "[0-9][0-9]",
         if not exercises.is_dir() or exercises.is_symlink():
             print(f"{student}: no {course}/exercises/ folder in {home}; nothing collected", file=sys.stderr)
             continue
-        for nb in sorted(exercises.glob(f"{exercise}_*.ipynb")):
+        for nb in sorted({p for part in lessons for p in exercises.glob(f"{part}_*.ipynb")}):
             if nb.is_symlink() or not nb.is_file():
                 print(f"skipped {nb}: not a regular file", file=sys.stderr)
                 continue
@@ -70,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--homes", required=True, help="home folder template, e.g. '/home/jupyter-{student}'")
     parser.add_argument("--course", default="posenc-lesson", help="the course's folder in each home")
     parser.add_argument("--out", type=Path, required=True, help="the submissions folder to write")
-    parser.add_argument("--exercise", default="[0-9][0-9]", help="one lesson's number, e.g. 01 (all)")
+    parser.add_argument("--exercise", default="[0-9][0-9]",
+                        help="the lessons set, by number, e.g. 01 or 01,06 (default: every exercise)")
     parser.add_argument("--force", action="store_true", help="add to existing student folders")
     args = parser.parse_args(argv)
-    collected = collect(args.homes, args.course, args.out, exercise=args.exercise, force=args.force)
+    try:
+        collected = collect(args.homes, args.course, args.out, exercise=args.exercise, force=args.force)
+    except (ValueError, FileExistsError) as err:
+        print(f"collect_submissions: {err}", file=sys.stderr)
+        return 2
     for student, names in collected.items():
         print(f"{student}: {len(names)} notebooks")
     if not collected:
