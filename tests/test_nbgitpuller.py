@@ -68,6 +68,9 @@ def test_link_tool_prints_the_link_from_the_command_line():
     (["https://hub.example.org", "https://github.com/org/posenc-lesson",
       "--notebook", "notebooks/99_x.ipynb"],
      "notebook"),
+    (["https://hub.example.org", "https://github.com/org/posenc-lesson",  # not in the learners' release
+      "--notebook", "solutions/06_rope.ipynb"],
+     "notebook"),
 ])
 def test_link_tool_refuses_a_bad_url_or_a_missing_notebook_in_one_line(args, names):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "nbgitpuller_link.py"), *args],

@@ -25,6 +25,7 @@ from urllib.parse import urlencode, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_NOTEBOOK = "notebooks/00_welcome.ipynb"
 RELEASE_BRANCH = "learners"  # tools/make_release.py writes it
+RELEASED = ("notebooks/", "exercises/")  # where the notebooks a link may open are, in the release
 
 
 def repo_name(repo: str) -> str:
@@ -58,6 +59,9 @@ def pull_link(hub_url: str, repo: str, branch: str = RELEASE_BRANCH, *, notebook
     if not relative.endswith(".ipynb") or not (ROOT / relative).is_file():
         raise ValueError(f"notebook must be a notebook of the course, e.g. {DEFAULT_NOTEBOOK} or "
                          f"exercises/01_permutation_equivariance.ipynb; {notebook!r} is not a file in {ROOT}")
+    if not relative.startswith(RELEASED):  # the learners' release holds no other notebook
+        raise ValueError(f"notebook must be a lesson or an exercise ({' or '.join(RELEASED)}), which the "
+                         f"learners' release holds; {notebook!r} is not in it")
     target = targetpath or repo_name(repo)
     query = urlencode({"repo": repo, "branch": branch, "targetpath": target,
                        "urlpath": f"lab/tree/{target}/{notebook.lstrip('/')}"})
