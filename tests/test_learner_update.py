@@ -1,10 +1,12 @@
 """A learner who ran a lesson and answered an exercise gets the course's corrections with the three
 commands docs/exercises.md gives, and keeps the answer.
 
-A small course repository (lesson 01, its exercise and its solution) is pushed to a bare origin
-and cloned, as a learner clones the course; the learner runs the lesson (its outputs change) and
-answers the first task; the course then corrects the lesson and the exercise. A plain `git pull`
-refuses; the documented commands merge both corrections and keep the answer.
+A small course repository (lesson 01, its exercise and, as in the course's repository, its
+solution; or, as in the learners' release of tools/make_release.py, none) is pushed to a bare
+origin and cloned, as a learner clones the course; the learner runs the lesson and the solution
+(their outputs change) and answers the first task; the course then corrects the lesson and the
+exercise. A plain `git pull` refuses; the documented commands merge both corrections and keep the
+answer.
 """
 
 import json
@@ -42,11 +44,13 @@ def documented_commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_documented_commands_bring_corrections_and_keep_answers(tmp_path):
+@pytest.mark.parametrize("shape", ["repository", "release"])
+def test_the_documented_commands_bring_corrections_and_keep_answers(tmp_path, shape):
     if shutil.which("git") is None:
         pytest.skip("learner update test skipped: git is not installed (`apt-get install git`)")
     course, origin, mine = tmp_path / "course", tmp_path / "origin.git", tmp_path / "mine"
-    for rel in FILES:
+    files = FILES if shape == "repository" else FILES[:2]  # the release holds no solutions/
+    for rel in files:
         (course / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, course / rel)
     git(tmp_path, "init", "-q", "-b", "main", str(course))
@@ -65,7 +69,9 @@ def test_the_documented_commands_bring_corrections_and_keep_answers(tmp_path):
         cell = next(c for c in nb.cells if STUB in c.source)
         cell.source = cell.source.replace(STUB, ANSWER)
 
-    edit(mine / LESSON, run)
+    for rel in files:
+        if rel != EXERCISE:
+            edit(mine / rel, run)
     edit(mine / EXERCISE, answer)
 
     # the course corrects the lesson's first cell and the exercise's first cell, and pushes
