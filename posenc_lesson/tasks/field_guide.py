@@ -11,11 +11,14 @@ the known mistakes are computed here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from .. import rope_scaling as _scaling
-from .judges import Mistake, call, draw, seeded, tensor_judge
+from .judges import Mistake, as_float_tensor, call, draw, seeded, tensor_judge
 from .registry import Task, register
 
 # Every task: the library's frequencies and config reader would solve it.
@@ -174,7 +177,33 @@ register(
 
 def _pad_ref(mask: Tensor) -> Tensor:
     pos = mask.long().cumsum(-1) - 1  # (B, T)
-    return pos.masked_fill(mask == 0, 1)  # (B, T): transformers' generate fills pads with 1
+    return pos.masked_fill(mask == 0, 0)  # (B, T): pads as transformers 5.24's generate fills them
+
+
+def _pads_zeroed(out: Any, mask: Tensor) -> Any:
+    """The output with every pad entry set to 0, the reference's value there: a pad's position is
+    a convention (transformers' generate has filled pads with 1, and fills them with 0 in 5.24;
+    the mask hides them), so no value on a pad is graded. Anything not a (B, T) tensor is left as
+    it is, for the judge to name."""
+    got = as_float_tensor(out)
+    if got is None or tuple(got.shape) != tuple(mask.shape):
+        return out
+    return got.masked_fill(mask == 0, 0)  # (B, T)
+
+
+def _on_real_tokens(mistake: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """A known mistake as the judge sees it: its pads zeroed, as a learner's are."""
+    return lambda mask: mistake(mask).masked_fill(mask == 0, 0)
+
+
+def _pads_ignored(judge: Callable[[list, list], Any]) -> Callable[[list, list], Any]:
+    """``judge`` on the outputs with their pads zeroed (_pads_zeroed); its declared ids kept."""
+    def wrapped(outputs: list, cases: list) -> Any:
+        return judge([_pads_zeroed(out, case[0]) for out, case in zip(outputs, cases, strict=True)], cases)
+
+    for name in ("mistakes", "known", "reference"):
+        setattr(wrapped, name, getattr(judge, name))
+    return wrapped
 
 
 def _pad_cases(seed: int = 0) -> list[tuple]:
@@ -195,31 +224,21 @@ def _pad_cases(seed: int = 0) -> list[tuple]:
     return cases
 
 
+# Only the real tokens are graded: leaving -1 on the pads, filling them with 0 or 1 (or anything
+# else) is a convention, not a mistake (the judge zeroes the pads of every output first).
 _PAD_MISTAKES = [
     Mistake(
-        lambda m: torch.arange(m.shape[1]).expand(m.shape).clone(),
+        _on_real_tokens(lambda m: torch.arange(m.shape[1]).expand(m.shape).clone()),
         "your positions ignore the mask (arange(T) for every row): a padded row's tokens then sit "
         "'pad' positions later than they would alone, which moves every learned-table row.",
         "count the real tokens: a cumulative sum of the mask.",
         id="field_guide.pad_mask_blind",
     ),
     Mistake(
-        lambda m: m.long().cumsum(-1).masked_fill(m == 0, 1),
+        _on_real_tokens(lambda m: m.long().cumsum(-1)),
         "your first real token is at position 1: positions start at 0.",
         "cumsum(mask) - 1.",
         id="field_guide.pad_off_by_one",
-    ),
-    Mistake(
-        lambda m: m.long().cumsum(-1) - 1,
-        "your pad positions are -1; transformers fills them with 1 (any valid row: the mask hides them).",
-        "masked_fill(mask == 0, 1) after cumsum - 1.",
-        id="field_guide.pad_left_negative",
-    ),
-    Mistake(
-        lambda m: (m.long().cumsum(-1) - 1).clamp(min=0),
-        "your pad positions are 0; this task (as transformers' generate) fills them with 1.",
-        "masked_fill(mask == 0, 1) rather than clamping.",
-        id="field_guide.pad_filled_with_zero",
     ),
 ]
 
@@ -233,12 +252,12 @@ register(
         cases=_pad_cases,
         hidden=_pad_cases,
         run=call,
-        judge=tensor_judge(
+        judge=_pads_ignored(tensor_judge(
             _pad_ref,
             _PAD_MISTAKES,
             ("mask",),
-            "position = number of real tokens before this one (cumsum(mask) - 1), pads set to 1; "
-            "a (B, T) integer tensor.",
-        ),
+            "position = number of real tokens before this one (cumsum(mask) - 1); any value on the "
+            "pads (they are not graded); a (B, T) integer tensor.",
+        )),
     )
 )
