@@ -57,6 +57,27 @@ def test_masks_and_slopes():
     assert torch.equal(shard_slopes(8, 2, bug=True), torch.cat([alibi_slopes(4)] * 2))
 
 
+def test_the_two_reported_shard_bugs():
+    """Local head count (flashinfer #1606): every rank, rank 0 included, holds alibi_slopes(H/tp).
+    No rank offset (Megatron-DeepSpeed #227): rank 0 is right, every other rank holds rank 0's."""
+    right = alibi_slopes(4)
+    local = shard_slopes(4, 2, bug="local_count")
+    no_offset = shard_slopes(4, 2, bug="no_offset")
+    assert torch.equal(local, shard_slopes(4, 2, bug=True)) and torch.equal(local[:2], alibi_slopes(2))
+    assert not torch.equal(local[:2], right[:2])  # rank 0 is wrong too
+    assert torch.equal(no_offset[:2], right[:2]) and torch.equal(no_offset[2:], right[:2])
+    assert not torch.equal(no_offset[2:], right[2:])
+
+
+@pytest.mark.parametrize(("heads", "tp", "bug", "match"), [
+    (4, 3, False, "multiple of tp"),
+    (4, 2, "typo", "bug must be one of"),
+])
+def test_shard_slopes_rejects_bad_input_with_the_parameter_named(heads, tp, bug, match):
+    with pytest.raises(ValueError, match=match):
+        shard_slopes(heads, tp, bug=bug)
+
+
 def test_bf16_positions_round_to_multiples_of_64_near_16000():
     tokens, targets = copy_batch_fixed(5, batch=2)
     rounded = (torch.arange(16000, 16012).bfloat16().double()).long()

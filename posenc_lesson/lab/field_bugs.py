@@ -144,11 +144,24 @@ def chunk_mask(t: int, q_len: int, chunk: Tensor) -> Tensor:
     return full
 
 
-def shard_slopes(num_heads: int, tp: int, *, bug: bool) -> Tensor:
-    """ALiBi slopes as tp tensor-parallel ranks hold them: each rank's heads take the global
-    slopes[rank * H/tp : (rank + 1) * H/tp] (right), or alibi_slopes(H/tp) computed from the local
-    head count (the bug). (H,)"""
+def shard_slopes(num_heads: int, tp: int, *, bug: bool | str = False) -> Tensor:
+    """ALiBi slopes as tp tensor-parallel ranks hold them, concatenated rank by rank. (H,)
+
+    Right (``bug=False``): each rank's heads take the global slopes[rank * H/tp : (rank + 1) * H/tp].
+    ``bug="local_count"`` (or True): every rank computes alibi_slopes(H/tp) from its local head
+    count, so every rank, the first included, holds the same wrong slopes (flashinfer #1606).
+    ``bug="no_offset"``: every rank slices the global slopes without its rank offset, so every rank
+    holds the first rank's slopes (Megatron-DeepSpeed #227)."""
+    if num_heads % tp:
+        raise ValueError(
+            f"num_heads ({num_heads}) must be a multiple of tp ({tp}): each rank holds H/tp heads"
+        )
+    kinds = (False, True, "local_count", "no_offset")
+    if bug not in kinds:
+        raise ValueError(f"bug must be one of {kinds}; got {bug!r}")
     local = num_heads // tp
-    if bug:
+    if bug in (True, "local_count"):
         return torch.cat([alibi_slopes(local) for _ in range(tp)])  # (H,)
+    if bug == "no_offset":
+        return torch.cat([alibi_slopes(num_heads)[:local] for _ in range(tp)])  # (H,)
     return torch.cat([alibi_slopes(num_heads)[r * local : (r + 1) * local] for r in range(tp)])  # (H,)
