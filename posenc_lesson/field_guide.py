@@ -364,7 +364,7 @@ def _describe_general(config: dict, model_type: str, entry: dict) -> PositionSpe
     some = next((d for d in dims if d), None)
     extras = {k: cfg[k] for k in ("sliding_window", "max_position_embeddings") if cfg.get(k) is not None}
     if entry.get("table"):
-        extras["table_rows"] = types_.table_size(cfg, entry)
+        extras["table_rows"] = types_.table_size(cfg, entry, config)
     if entry["scheme"] == "t5":
         extras["relative_attention_num_buckets"] = cfg.get("relative_attention_num_buckets")
     for key in ("relative", "towers", "also"):

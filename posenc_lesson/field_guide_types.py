@@ -62,10 +62,26 @@ def first(d: dict, *keys, default=None):
     return default
 
 
+def sub_config(config: dict, key: str | None):
+    """config[key], where key may be a dotted path ("vlm_config.text_config": ColPali's Gemma); None
+    where a part of the path is missing."""
+    sub = config
+    for part in (key or "").split(".") if key else ():
+        sub = sub.get(part) if isinstance(sub, dict) else None
+    return sub if key else None
+
+
+def with_sub_config(config: dict, key: str, value: dict) -> dict:
+    """A copy of config with the (dotted) key set to value."""
+    head, _, rest = key.partition(".")
+    inner = config.get(head) if isinstance(config.get(head), dict) else {}
+    return {**config, head: with_sub_config(inner, rest, value) if rest else value}
+
+
 def text_part(config: dict, entry: dict) -> dict:
     """The keys of the part of the config that the text stack reads (text_config, or the config)."""
     key = entry.get("text_key")
-    sub = config.get(key) if key else None
+    sub = sub_config(config, key)
     if isinstance(sub, dict):
         return sub
     if key and sub is None:  # a config.json with the text model's keys at the top
@@ -311,23 +327,41 @@ def rotary_width(cfg: dict, entry: dict, params: dict) -> int:
     return width
 
 
-def _side(v) -> int | None:
-    return int(v[0]) if isinstance(v, (list, tuple)) and v else (int(v) if isinstance(v, int) else None)
+def _sides(v) -> list[int] | None:
+    """An image or patch size as (H, W): a list as given, one int for a square."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+        return [int(x) for x in v][:2] * (2 if len(v) == 1 else 1)
+    return [int(v), int(v)] if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def table_size(cfg: dict, entry: dict) -> int | None:
+PATCH_TABLES = {  # a vision table with one row per patch: (config key of the image size, of the patch size)
+    "patches": ("image_size", "patch_size"),
+    "pretrain_patches": ("pretrain_image_size", "patch_size"),  # SegGPT sizes its table at pretraining
+    "stride_patches": ("image_size", "patch_stride"),  # Hiera: patches overlap, one per stride
+}
+
+
+def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None:
     """Rows of the learned position table: a config key plus an offset (BART keeps 2 spare rows), or for
-    a vision tower one row per patch, (image_size / patch_size)^2, plus the class token's."""
+    a vision tower one row per patch, (H / p_h)(W / p_w), plus the class token's. ``table["in"]`` names
+    the sub-config that holds the key (a backbone_config, an encoder), read from the whole ``config``."""
     table = entry.get("table")
     if not table:
         return None
-    if table["key"] in ("patches", "pretrain_patches"):  # SegGPT sizes its table at pretrain_image_size
-        size = cfg.get("pretrain_image_size" if table["key"] == "pretrain_patches" else "image_size")
-        image, patch = _side(size), _side(cfg.get("patch_size"))
-        value = None if not image or not patch else (image // patch) ** 2
+    src = cfg
+    if table.get("in"):
+        sub = (config or {}).get(table["in"])
+        src = {**(table.get("defaults") or {}), **(sub if isinstance(sub, dict) else {})}
+    if table["key"] in PATCH_TABLES:
+        size_key, patch_key = PATCH_TABLES[table["key"]]
+        image, patch = _sides(src.get(size_key)), _sides(src.get(patch_key))
+        ok = image and patch and 0 not in patch
+        value = (image[0] // patch[0]) * (image[1] // patch[1]) if ok else None
     else:
-        value = cfg.get(table["key"])
-    return None if value is None else int(value) + int(table.get("offset", 0))
+        value = src.get(table["key"])
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value + int(table.get("offset", 0))
 
 
 def span(layers: list[int]) -> str:

@@ -95,7 +95,7 @@ def scheme_of(rec: dict) -> str:
 def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     """What transformers does with this config: per layer, and the rotary module's numbers."""
     scheme = scheme_of(rec)
-    text = config.get(rec["text_key"], config) if rec.get("text_key") else config
+    text = types_.sub_config(config, rec.get("text_key")) or config
     if any(text.get(k) is True for k in rec.get("alibi_config") or []):  # Falcon-RW: alibi true, RoPE off
         scheme = "alibi"
     n = len(rec.get("layers") or [])
@@ -177,18 +177,40 @@ def cases(rec: dict) -> list[tuple[dict, dict]]:
     if pert and all("buffers" in v for v in pert["rotary"].values()):
         cfg = dict(rec["config"])
         if rec.get("text_key"):
-            cfg[rec["text_key"]] = {
-                **pert["config"],
-                "model_type": cfg.get(rec["text_key"], {}).get("model_type"),
-            }
+            old = types_.sub_config(cfg, rec["text_key"]) or {}
+            cfg = types_.with_sub_config(
+                cfg, rec["text_key"], {**pert["config"], "model_type": old.get("model_type")}
+            )
         else:
             cfg = {**pert["config"], "model_type": rec["model_type"]}
         out.append((cfg, facts_of(rec, cfg, pert["rotary"])))
     return out
 
 
+SIZE_KEYS = ("image_size", "patch_size", "patch_stride", "pretrain_image_size")
+MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$")
+
+
+def table_rule(rec: dict, text: dict) -> dict | None:
+    """The config key (and offset: BART's 2, a class token's 1) that sizes the first learned table: in the
+    text part, else in a sub-config (a backbone_config, an encoder), with that sub-config's defaults."""
+    rows = rec["schemes"]["learned"][0]["num_embeddings"]
+    subs = [(k, v) for k, v in rec["config"].items() if isinstance(v, dict) and v is not text]
+    places = [(None, text), *subs]
+    for where, src in places:
+        keys = list(TABLE_KEYS) + sorted(k for k in src if MORE_TABLE_KEYS.match(k) and k not in TABLE_KEYS)
+        for key in keys + list(types_.PATCH_TABLES):
+            v = types_.table_size(src, {"table": {"key": key}})
+            for offset in (0, 2, 1):
+                if isinstance(v, int) and v + offset == rows:
+                    sizes = (key, *SIZE_KEYS)
+                    table = {"key": key, "offset": offset, "defaults": {k: src[k] for k in sizes if k in src}}
+                    return {**table, "in": where} if where else table
+    return None
+
+
 def entry_base(rec: dict) -> dict:
-    text = rec["config"].get(rec["text_key"], rec["config"]) if rec.get("text_key") else rec["config"]
+    text = types_.sub_config(rec["config"], rec.get("text_key")) or rec["config"]
     defaults = {k: text[k] for k in DEFAULT_KEYS if k in text}
     rp = text.get("rope_parameters")
     if isinstance(rp, dict) and isinstance(rp.get("rope_theta"), (int, float)):
@@ -220,17 +242,11 @@ def entry_base(rec: dict) -> dict:
     if not any(isinstance(text.get(k), int) for k in LAYER_KEYS) and rec.get("layers"):
         defaults["_num_layers"] = len(rec["layers"])  # the config names its depth in no key the rules read
     if entry["scheme"] == "learned":
-        rows = rec["schemes"]["learned"][0]["num_embeddings"]
-        for key in TABLE_KEYS + ("patches", "pretrain_patches"):
-            v = types_.table_size(text, {"table": {"key": key}})
-            for offset in (0, 2, 1):
-                if isinstance(v, int) and v + offset == rows:
-                    entry["table"] = {"key": key, "offset": offset}
-                    sizes = (key, "image_size", "patch_size", "pretrain_image_size")
-                    defaults.update({k: text[k] for k in sizes if k in text})
-                    break
-            if "table" in entry:
-                break
+        table = table_rule(rec, text)
+        if table:
+            entry["table"] = table
+            if not table.get("in"):
+                defaults.update(table.pop("defaults"))
     return entry
 
 

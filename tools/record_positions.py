@@ -53,7 +53,7 @@ KEYS = re.compile(
     r"rope|rotary|position|pos_|_pos|theta|head_dim|hidden_size|num_attention_heads|n_head|n_embd|d_model|"
     r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
     r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global|"
-    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid"
+    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx"
 )
 
 
@@ -83,7 +83,7 @@ def relevant(d: dict) -> dict:
     for k, v in d.items():
         if k == "per_layer_config":  # a heterogeneous config's overrides by layer index (Gemma 4)
             out[k] = v
-        elif isinstance(v, dict) and k.endswith("config"):
+        elif isinstance(v, dict) and (k.endswith("config") or "model_type" in v):  # encoder-decoder's parts
             out[k] = relevant(v)
         elif KEYS.search(k) and not (isinstance(v, list) and len(v) > 4096):
             out[k] = v
@@ -101,6 +101,21 @@ def text_config(cfg):
         except Exception:
             continue
     return cfg
+
+
+def config_path(cfg, target, depth: int = 3) -> str | None:
+    """The dotted attribute path from cfg to the sub-config target ("text_config",
+    "vlm_config.text_config"), or None."""
+    for key, value in vars(cfg).items():
+        if value is target and key != "self":
+            return key
+    if depth > 1:
+        for key, value in vars(cfg).items():
+            if hasattr(value, "to_dict") and hasattr(value, "model_type") and key != "self":
+                inner = config_path(value, target, depth - 1)
+                if inner:
+                    return f"{key}.{inner}"
+    return None
 
 
 def in_tower(path: str) -> bool:
@@ -133,6 +148,8 @@ def kind_of_module(path: str, mod: nn.Module) -> str | None:
         return "t5"
     if "pos_conv" in leaf or ("Conv" in name and "Position" in name):
         return "conv"
+    if isinstance(mod, nn.Embedding) and re.search(r"^rel_|relative", leaf):  # Shaw's table of distances
+        return "relative"
     if isinstance(mod, nn.Embedding) and re.search(r"pos|wpe", leaf):
         return "learned"
     if re.search(
@@ -618,9 +635,7 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     tc = text_config(cfg)
     rec["config"] = relevant(cfg.to_dict())
     rec["text_model_type"] = getattr(tc, "model_type", None)
-    rec["text_key"] = (
-        next((k for k, v in vars(cfg).items() if v is tc and k != "self"), None) if tc is not cfg else None
-    )
+    rec["text_key"] = config_path(cfg, tc) if tc is not cfg else None
     rec["alibi_config"] = sorted(k for k in cfg.to_dict() if "alibi" in k.lower())
     try:
         model, how = build(cfg, tc)
