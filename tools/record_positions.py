@@ -34,6 +34,7 @@ import importlib
 import inspect
 import json
 import math
+import pkgutil
 import re
 import signal
 import sys
@@ -539,33 +540,42 @@ def doubled_theta(tc):
     return type(tc)(**{k: v for k, v in d.items() if not k.endswith("_config") or v is None})
 
 
-def own_model_class(cfg):
-    """The module of cfg's own modeling file built from exactly cfg's class: its config_class, or its
-    config argument's annotation; a PreTrainedModel named ...Model first, then the shortest name."""
+PART = re.compile(r"Attention|MLP|Rotary|Embedd|Loss|Router|Expert|Layer|Head|Block|Norm|Conv|Stage")
+
+
+def own_model_classes(cfg) -> list:
+    """The modules of cfg's own package (every modeling file) built from cfg's class: its config_class,
+    or a config argument whose annotation names it (a union too); whole stacks (a ...Model, an Encoder, a
+    Decoder) first, blocks (attention, MLP, ...) left out."""
     package = type(cfg).__module__.rsplit(".", 1)[0]
-    mod = importlib.import_module(f"{package}.modeling_{package.rsplit('.', 1)[1]}")
     name_of = type(cfg).__name__
     found = []
-    for name, obj in vars(mod).items():
-        if not (isinstance(obj, type) and issubclass(obj, nn.Module)) or "PreTrained" in name:
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if not info.name.startswith("modeling"):
             continue
-        own = getattr(obj, "config_class", None) is type(cfg)
-        if not own:
-            try:
-                ann = inspect.signature(obj.__init__).parameters.get("config")
-            except (TypeError, ValueError):
-                ann = None
-            own = (
-                ann is not None
-                and str(getattr(ann.annotation, "__name__", ann.annotation)).strip("'\"") == name_of
-            )
-        if own:
-            found.append(obj)
-    if not found:
-        raise LookupError(f"no module of {mod.__name__} is built from {name_of}")
-    return min(
+        mod = importlib.import_module(f"{package}.{info.name}")
+        for name, obj in vars(mod).items():
+            if not (isinstance(obj, type) and issubclass(obj, nn.Module)) or obj.__module__ != mod.__name__:
+                continue
+            whole = name.endswith(("Model", "Encoder", "Decoder", "Backbone")) or "For" in name
+            if "PreTrained" in name or not whole or PART.search(name.removesuffix("Model")):
+                continue
+            own = getattr(obj, "config_class", None) is type(cfg)
+            if not own:
+                try:
+                    ann = inspect.signature(obj.__init__).parameters.get("config")
+                except (TypeError, ValueError):
+                    ann = None
+                own = ann is not None and re.search(rf"\b{name_of}\b", str(ann.annotation)) is not None
+            if own:
+                found.append(obj)
+    return sorted(
         found,
-        key=lambda c: (not hasattr(c, "config_class"), not c.__name__.endswith("Model"), len(c.__name__)),
+        key=lambda c: (
+            getattr(c, "config_class", None) is not type(cfg),
+            not c.__name__.endswith(("Model", "Encoder", "Decoder", "Backbone")),
+            len(c.__name__),
+        ),
     )
 
 
@@ -592,6 +602,22 @@ def repair(cfg) -> list[str]:
     return filled
 
 
+def fit_mrope(tc, rotary) -> bool:
+    """A default config whose mrope_section covers fewer pairs than its head (GLM-4V's text config leaves
+    out the partial_rotary_factor 0.5 its checkpoints set, and its rotary module's default sections fail on
+    it): set partial_rotary_factor so that the rotated pairs are the sections'. True when it changed tc."""
+    rp = safe_get(tc, "rope_parameters")
+    if not isinstance(rp, dict):
+        return False
+    section = rp.get("mrope_section") or getattr(rotary, "mrope_section", None)  # the module's default
+    heads = safe_get(tc, "num_attention_heads") or 1
+    dim = safe_get(tc, "head_dim") or (safe_get(tc, "hidden_size") or 0) // heads
+    if not section or not dim or 2 * sum(section) >= int(dim * float(rp.get("partial_rotary_factor") or 1)):
+        return False
+    rp["partial_rotary_factor"] = 2 * sum(section) / dim
+    return True
+
+
 def build(cfg, tc):
     """The model on the meta device: AutoModel, else cfg's own model class; failing both, the same with
     REPAIRS filled in; failing that, the text stack alone from the text config (a tower that needs timm).
@@ -599,11 +625,19 @@ def build(cfg, tc):
     from transformers import AutoModel
 
     def attempt(c):
-        errors = []
-        for make in (AutoModel.from_config, lambda c: own_model_class(c)(c)):
+        try:
+            with torch.device("meta"):
+                return AutoModel.from_config(c), None
+        except Exception as err:
+            errors = [f"{type(err).__name__}: {err}"[:140]]
+        try:  # a sub-model's config (a text stack, an encoder) that AutoModel does not map: its own stack,
+            classes = own_model_classes(c)[:1]  # never a part of it (DETR's encoder without its positions)
+        except Exception as err:
+            return None, f"{errors[0]}; {type(err).__name__}: {err}"[:300]
+        for cls in classes:
             try:
                 with torch.device("meta"):
-                    return make(c), None
+                    return cls(c), None
             except Exception as err:
                 errors.append(f"{type(err).__name__}: {err}"[:140])
         return None, "; ".join(errors)
@@ -662,6 +696,9 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["apply_fns"] = sorted(apply_fns)
     except Exception as err:
         rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
+    if found["rotary"] and fit_mrope(tc, next(iter(found["rotary"].values()))):
+        rec["repaired"] = True
+        rec["config"] = relevant(cfg.to_dict())
     if found["rotary"]:
         found_fns = rec.get("apply_fns", [])  # the text stack's first; a vision model has only its own
         fns = [f for f in found_fns if "vision" not in f.split(":")[1]] or found_fns
