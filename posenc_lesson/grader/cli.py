@@ -131,7 +131,7 @@ from pathlib import Path
 
 from ..tasks.registry import grader_only_paths
 from . import cgroup, class_report, contain, feedback, gradescope, privacy, sandbox, totals
-from .errors import InfrastructureError, UsageError, printable, short
+from .errors import InfrastructureError, UsageError, for_terminal, printable, short
 from .grader import CHECKS_MODULE, DEFAULT_CELL_TIMEOUT, DEFAULT_NOTEBOOK_TIMEOUT, Grader, Limits
 from .kernel import kill_all_kernels
 from .key import KEY_NAME, load_or_create
@@ -394,6 +394,8 @@ def run(args: argparse.Namespace, checks_module: str = CHECKS_MODULE) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``posenc-grade``; returns the exit status."""
     args = _parser().parse_args(argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = for_terminal(sys.stdout), for_terminal(sys.stderr)  # whole words per line
     try:
         return run(args)
     except UsageError as exc:
@@ -406,6 +408,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_all_kernels()
         print("posenc-grade: interrupted; no grades.csv written", file=sys.stderr)
         return 130
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            if stream not in streams:  # a WordWrapped: the part line it still holds
+                stream.flush()
+        sys.stdout, sys.stderr = streams
 
 
 if __name__ == "__main__":

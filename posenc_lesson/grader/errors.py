@@ -16,6 +16,9 @@ Unicode's compatibility normalisation folds into others).
 
 from __future__ import annotations
 
+import io
+import shutil
+import textwrap
 import unicodedata
 
 MAX_MESSAGE = 300  # characters of an exception message kept in a report
@@ -89,3 +92,50 @@ def escaped(text: str) -> str:
     id is shown (``\\u0430lice``, not a Cyrillic "alice")."""
     return "".join(ch if ch.isascii() else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
                    for ch in printable(text))
+
+
+class WordWrapped(io.TextIOBase):
+    """A terminal's stream whose long lines are broken between words (a terminal breaks them at
+    its last column, mid-word); a continuation line is indented two more spaces than its line.
+    ``for_terminal`` puts it only in front of a terminal: a file or a pipe gets every line whole."""
+
+    def __init__(self, stream, width: int | None = None):
+        self.stream, self.width, self._pending = stream, width, ""
+
+    def _wrap(self, line: str) -> str:
+        width = self.width or shutil.get_terminal_size(fallback=(100, 24)).columns - 1
+        if len(line) <= width:
+            return line
+        indent = line[:len(line) - len(line.lstrip())]
+        return "\n".join(textwrap.wrap(line, max(width, 40), subsequent_indent=indent + "  ",
+                                        break_long_words=False, break_on_hyphens=False)) or line
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self.stream.write(self._wrap(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.stream.write(self._wrap(self._pending))
+            self._pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding
+
+
+def for_terminal(stream):
+    """``stream`` behind a WordWrapped where it is a terminal; itself otherwise."""
+    try:
+        return WordWrapped(stream) if stream.isatty() else stream
+    except (AttributeError, ValueError):  # a closed or a stand-in stream
+        return stream

@@ -50,6 +50,7 @@ import inspect
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -356,12 +357,20 @@ def _format_points(x: float) -> str:
     return f"{x:g}"
 
 
+WIDTH = 88  # characters per line of a verdict: JupyterLab breaks a longer output line anywhere, mid-word
+
+
 def verdict(task_id: str, points: float, max_points: int, feedback: str) -> str:
-    """The text ``check`` prints: a pass line, or the points, the diagnosis and the hint."""
+    """The text ``check`` prints: a pass line, or the points, the diagnosis and the hint, each of
+    the feedback's lines indented and broken between words to at most WIDTH characters."""
     if points >= max_points:
         return f"✅ {task_id}: passed ({_format_points(points)}/{max_points} points)"
-    body = "\n".join("   " + line for line in feedback.splitlines())
-    return f"❌ {task_id}: {_format_points(points)}/{max_points} points\n{body}"
+    body = []
+    for line in feedback.splitlines():
+        indent = "   " + line[:len(line) - len(line.lstrip())]
+        body += textwrap.wrap(line.strip(), WIDTH, initial_indent=indent, subsequent_indent=indent,
+                              break_long_words=False, break_on_hyphens=False) or [indent]
+    return f"❌ {task_id}: {_format_points(points)}/{max_points} points\n" + "\n".join(body)
 
 
 def check(task_id: str, fn: Any) -> None:
