@@ -105,6 +105,12 @@ HALF_ROTATE = ('''a, b = x.double()[..., 0::2], x.double()[..., 1::2]  # (..., T
                '''a, b = x.double().chunk(2, dim=-1)
         return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)''')
 
+# The partial rotary's pairs in the reference (GPT-J's, interleaved) and in GPT-NeoX's rotate_half layout
+INTERLEAVED_PAIRS = ("a, b = rot[..., 0::2], rot[..., 1::2]\n"
+                     "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)")
+HALF_PAIRS = ("a, b = rot.chunk(2, dim=-1)\n"
+              "    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)")
+
 BOUNDS = "low = max(math.floor(index(32)), 0)\n    high = min(math.ceil(index(1)), head_dim - 1)"
 FLIPPED = ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos")
 PAPER_RAMP = ("ramp = torch.clamp((i - low) / (high - low), 0, 1)",
@@ -150,11 +156,6 @@ MUTANTS = [
     ("09_fix_partial_rotary", "return torch.cat((turned, rest), dim=-1)", "return turned",
      "only the rotated channels"),
     ("09_fix_partial_rotary", *FLIPPED, "wrong way"),
-    ("09_fix_partial_rotary",
-     "a, b = rot[..., 0::2], rot[..., 1::2]\n"
-     "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
-     "a, b = rot.chunk(2, dim=-1)\n    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
-     "half layout"),
     ("09_design_scaling", '"method": "llama3"', '"method": "linear"',
      "changes pairs that turn 4 times or more"),
 ]
@@ -176,6 +177,39 @@ def test_a_partial_rotary_that_rotates_every_channel_is_named():
     points, _, feedback = _grade("09_fix_partial_rotary", fn)
     assert points == 0
     assert "rotate the pass-through channels" in feedback
+
+
+def _gpt_neox_port() -> str:
+    source = _reference("09_fix_partial_rotary")
+    assert INTERLEAVED_PAIRS in source, "the reference of 09_fix_partial_rotary changed; update this test"
+    return source.replace(INTERLEAVED_PAIRS, HALF_PAIRS)
+
+
+def test_gpt_neox_rotate_half_layout_is_a_convention_and_gets_full_marks():
+    """GPT-NeoX pairs the rotated channels (i, i + rotary_dim/2): a faithful port of it is right, on the
+    visible cases and on hidden ones."""
+    fn = _entry("09_fix_partial_rotary", _gpt_neox_port())
+    points, max_points, feedback = _grade("09_fix_partial_rotary", fn)
+    assert points == max_points == 2, feedback
+    assert "GPT-NeoX" in feedback
+    for seed in (1, 2, 3):
+        cases = partial_rotary._partial_cases(seed)
+        fraction, feedback, *_ = TASKS["09_fix_partial_rotary"].judge([fn(*c) for c in cases], cases)
+        assert fraction == 1.0, (seed, feedback)
+
+
+@pytest.mark.parametrize(("old", "new", "diagnosis"), [
+    ("/ rotary_dim)", "/ x.shape[-1])", "the exponent uses Dh"),
+    ("return torch.cat((turned, rest), dim=-1)", "return turned", "only the rotated channels"),
+    ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos", "wrong way"),
+], ids=["exponent", "pass-through dropped", "flipped"])
+def test_a_mistake_in_gpt_neox_layout_is_named_as_in_the_interleaved_one(old, new, diagnosis):
+    source = _gpt_neox_port()
+    assert old in source
+    fn = _entry("09_fix_partial_rotary", source.replace(old, new))
+    points, _, feedback = _grade("09_fix_partial_rotary", fn)
+    assert points == 0
+    assert diagnosis in feedback and "Hint:" in feedback, feedback
 
 
 def test_the_shown_buggy_partial_rotary_scores_zero_with_its_diagnosis():

@@ -165,16 +165,17 @@ def _yarn_cases(seed: int = 0) -> list[tuple]:
 _YARN_MISTAKES = [
     Mistake(lambda *c: _yarn(*c, reverse=True),
             "the ramp is reversed: your fast pairs (many turns over original_max_len) are interpolated "
-            "and your slow pairs kept. YaRN keeps the pairs that have turned through every angle and "
-            "divides the slow ones.",
+            "and your slow pairs kept. YaRN keeps the pairs that turn many times over the training length "
+            "and divides the slow ones.",
             "ramp_i = 0 (keep theta_i) for i <= low and 1 (theta_i / factor) for i >= high: "
             "theta'_i = theta_i / factor * ramp_i + theta_i * (1 - ramp_i).",
             id="context_extension.yarn_ramp_reversed"),
     Mistake(lambda *c: _yarn(*c, two_pi=1.0),
             "wavelength and frequency are confused: your boundaries use 1 / theta_i as the number of "
             "tokens per turn; a pair turns once every lambda_i = 2 pi / theta_i tokens.",
-            "the pair that turns r times over L = original_max_len has lambda = L / r, so its index is "
-            "Dh * ln(L / (2 pi r)) / (2 ln base).", id="context_extension.yarn_wavelength_as_frequency"),
+            "the pair that turns r times over T_train = original_max_len has lambda = T_train / r, so its "
+            "index is Dh * ln(T_train / (2 pi r)) / (2 ln base).",
+            id="context_extension.yarn_wavelength_as_frequency"),
     Mistake(lambda *c: _yarn(*c, swap=True),
             "beta_fast and beta_slow are swapped: low must come from the pair that turns 32 times, "
             "high from the pair that turns once.",

@@ -4,19 +4,21 @@ target length, judged by the frequencies it gives.
 ``09_design_scaling`` hands the learner a head (head_dim, base), its training length and a target
 length, and asks for the keyword arguments of ``scaled_rope_frequencies`` (method, factor and the
 method's own settings). The grader computes the frequencies the answer gives, at the target length,
-and checks the three requirements the lesson measured:
+and checks three requirements, built on what the lesson measured:
 
     kept       every pair that turns at least 4 times over the training length keeps theta_i
-               (lesson 09 section 1: interpolating pair 0 alone breaks copying even in range)
+               (this task's design rule, Llama 3.1's high_freq_factor = 4; lesson 09 section 1
+               measured that interpolating pair 0 alone breaks copying even in range)
     covered    every pair that never completes a turn in training (lambda_i > T_train) stays
                within the arc it saw: (target - 1) theta'_i <= T_train theta_i   (lesson 09 cell 35)
     not wasted the slowest pair still uses at least half that arc:
                (target - 1) theta'_last >= (T_train - 1) theta_last / 2
 
 No training at grading time: one call of the library per case. Several answers pass (Llama 3.1's
-scaling with the factor target / T_train; YaRN with beta_fast lowered to 4); the common defaults do
-not (PI moves the fast pairs, NTK leaves slow pairs past their arc, YaRN's beta_fast = 32 ramps
-pairs that turn 4 to 32 times). Hidden cases draw the head, the base and both lengths per seed.
+scaling with the factor target / T_train; YaRN with beta_fast lowered to 4); the common settings do
+not (PI moves the fast pairs, NTK leaves slow pairs past their arc; YaRN's published default,
+beta_fast = 32, a different choice, ramps pairs that turn 4 to 32 times, which requirement 1
+excludes). Hidden cases draw the head, the base and both lengths per seed.
 """
 
 from __future__ import annotations
@@ -67,9 +69,9 @@ def _requirements(answer: dict, head_dim: int, base: float, t_train: int, target
 _FIX = ("choose a method that keeps the pairs turning 4 times or more exactly, divides the pairs that never "
         "turn once by at least target / T_train, and not much more.")
 _SAID = {
-    "kept": ("your scaling changes pairs that turn 4 times or more over the training length: they have "
-             "shown the scores every angle, and lesson 09 measured that interpolating the fastest pair alone "
-             "breaks copying even inside the training range.",
+    "kept": ("your scaling changes pairs that turn 4 times or more over the training length, which "
+             "requirement 1 keeps exactly (lesson 09 measured that interpolating the fastest pair alone "
+             "breaks copying even inside the training range).",
              "which methods leave the fast pairs exactly as they are, and where does each one's ramp start?"),
     "covered": ("at the target length some pair that never completed a turn in training still turns past "
                 "the arc it saw: (target - 1) theta'_i > T_train theta_i.",
@@ -107,9 +109,11 @@ def _design_judge(outputs: list, cases: list) -> Judged:
                 if broken is None:
                     said = None
                 elif broken == "kept" and out.get("method") == "yarn" and out.get("beta_fast", 32.0) >= 32:
-                    said = (_YARN_DEFAULT, "YaRN with its default beta_fast = 32 ramps every pair that turns "
-                            "between 4 and 32 times over the training length, so those fast pairs are "
-                            "partly interpolated.", "YaRN's ramp starts where a pair turns beta_fast times.")
+                    said = (_YARN_DEFAULT, "YaRN's published default, beta_fast = 32, is a different "
+                            "choice from this task's: it partly interpolates every pair that turns "
+                            "between 4 and 32 times over the training length, which requirement 1 "
+                            "excludes.",
+                            "YaRN's ramp starts where a pair turns beta_fast times.")
                 else:
                     said = (_IDS[broken], *_SAID[broken])
         per_case.append(said[0] if said else None)
