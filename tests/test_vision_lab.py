@@ -90,7 +90,10 @@ def test_the_numbers_lesson_11_quotes_are_the_committed_csvs():
         return f"{min(values):.2f}–{max(values):.2f}"
 
     for quoted in (span("sincos", 6, "moved"), span("rope_norm", 12, "train_spacing"),
-                   span("rope", 12, "window"), span("rope", 12, "as trained")):
+                   span("rope", 12, "window"), span("rope", 12, "as trained"),
+                   span("sincos", 12, "trained_block"), span("sincos", 12, "outside_block"),
+                   span("rope_norm", 12, "scene"), span("learned", 12, "scene"), span("rope", 12, "scene"),
+                   span("sincos", 12, "scene"), span("learned", 12, "as trained")):
         assert quoted in text, quoted
 
 
