@@ -372,9 +372,10 @@ register(question(
 
 
 def _relative_meets() -> tuple[bool, bool]:
-    """08_q_relative_immune ("relative, so immune to length"): (new positions matter, new offsets meet
-    untrained inputs) for the offset-only schemes. Computed: shifting every position leaves RoPE's scores
-    as they were; the bucket of copy offset 3L is none of those of the offsets 0 .. 2L + 1 in training."""
+    """08_q_relative_immune ("relative, so immune to length"): (new positions matter, a longer copy offset
+    meets something training did not give it) for the offset-only schemes. Computed: shifting every position
+    leaves RoPE's scores as they were; the bucket of copy offset 3L is none of those of the offsets
+    0 .. 2L + 1 in training."""
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 6, 16, generator=g), torch.randn(1, 6, 16, generator=g)  # (B, T, Dh)
     scores = [apply_rope(q, torch.arange(6) + s) @ apply_rope(k, torch.arange(6) + s).transpose(-1, -2)
