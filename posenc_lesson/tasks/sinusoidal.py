@@ -87,7 +87,8 @@ register(Task(
         Mistake(lambda d: _wavelengths(d, base=1e8),
                 "the exponent is twice too large: 10000^(4i/d_model).",
                 "torch.arange(0, d_model, 2) already holds 2i.", id="sinusoidal.exponent_twice_too_large"),
-    ], ("d_model",), "lambda_i = 2 pi * 10000^(2i/d_model), one per channel pair, shape (d_model // 2,)."),
+    ], ("d_model",), "the positions pair i needs for its angle pos * omega_i to grow by one full turn, one "
+                     "per channel pair, shape (d_model // 2,)."),
     hidden=_hidden_widths,
 ))
 
@@ -137,29 +138,32 @@ register(question(
         ], "PE_m . PE_n = sum over the pairs of sin(m w_i) sin(n w_i) + cos(m w_i) cos(n w_i).")))
 
 
-def _slowest_wavelength() -> float:
-    """Positions per turn of the last pair (i = 255) of a d_model = 512 table."""
-    return float(_wavelengths(512)[-1])
+_TURN_WIDTH, _TURN_CONTEXT = 128, 2048  # d_model = 128; one full turn within 2048 positions
+
+
+def _pairs_that_turn(base: float = 10_000.0, per_radian: bool = False) -> int:
+    """How many pairs of a d_model = 128 table complete a full turn within 2048 positions
+    (wavelength < 2048, as lesson 02, section 4 counts them); per_radian: 1/omega_i instead."""
+    omega = _sinusoidal.sinusoidal_frequencies(_TURN_WIDTH, base)  # (D/2,)
+    positions = 1.0 / omega if per_radian else _wavelengths(_TURN_WIDTH, base)  # (D/2,)
+    return int((positions < _TURN_CONTEXT).sum())
 
 
 register(question(
-    id="02_q_slowest_wavelength", title="Predict: the slowest pair's wavelength at d_model = 512",
-    entry="answer_02_slowest_wavelength", forbidden=("posenc_lesson.tasks.sinusoidal._slowest_wavelength",),
-    judge=number_judge(_slowest_wavelength, [
-        Misconception(lambda: 2 * math.pi * 10_000, "you take the slowest pair to turn at exactly 1/10000 "
-                      "radian per position; its exponent is 2i/d_model for the last i = d_model/2 - 1, "
-                      "which stops just short of 1.",
-                      "what is 2i/d_model for the last pair, i = 255?",
-                      id="sinusoidal.slowest_at_one_over_base"),
-        Misconception(lambda: 10_000.0, "you take the base, 10000, for the longest wavelength; the base "
-                      "sets the slowest angular speed, and one turn is 2 pi radians.",
-                      "a pair turning w radians per position needs 2 pi / w positions for one turn.",
-                      id="sinusoidal.wavelength_is_the_base"),
-        Misconception(lambda: 10_000.0 ** (510 / 512), "you counted positions per radian, 1 / w; one turn "
-                      "is 2 pi radians.", "a pair turning w radians per position needs 2 pi / w positions "
-                      "for one turn.", id="sinusoidal.turn_taken_as_one_radian"),
-        Misconception(lambda: float(_wavelengths(512, base=100.0)[-1]), "your exponent is i/d_model: i "
-                      "counts channel *pairs*, and the exponent is 2i/d_model.",
+    id="02_q_pairs_that_turn", title="Predict: how many pairs turn within 2048 positions at d_model = 128",
+    entry="answer_02_pairs_that_turn", forbidden=("posenc_lesson.tasks.sinusoidal._pairs_that_turn",),
+    judge=number_judge(_pairs_that_turn, [
+        Misconception(lambda: _pairs_that_turn(per_radian=True), "you counted positions per radian, "
+                      "1 / w; one turn is 2 pi radians.", "a pair turning w radians per position needs "
+                      "2 pi / w positions for one turn.", id="sinusoidal.turn_taken_as_one_radian"),
+        Misconception(lambda: _pairs_that_turn(base=100.0), "your exponent is i/d_model: i counts channel "
+                      "*pairs*, and the exponent is 2i/d_model.",
                       "w_i = 10000^(-2i/d_model) for i = 0 .. d_model/2 - 1.",
                       id="sinusoidal.pairs_exponent_halved"),
-    ], "w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1; one turn is 2 pi / w_i positions.", rtol=1e-3)))
+        Misconception(lambda: 2 * _pairs_that_turn(), "you counted channels; a sine and a cosine channel "
+                      "make one pair, one clock hand.", "how many clocks does d_model = 128 make?",
+                      id="sinusoidal.channels_counted_as_pairs"),
+        Misconception(lambda: _TURN_WIDTH // 2 - _pairs_that_turn(), "you counted the pairs that do *not* "
+                      "complete a turn: the slow ones.", "the fast pairs, small i, have the short "
+                      "wavelengths.", id="sinusoidal.counted_the_slow_pairs"),
+    ], "w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1; one turn is 2 pi / w_i positions.")))
