@@ -171,21 +171,33 @@ register(question(
     ], "M_(-k) undoes M_k: it is the inverse of a block-diagonal rotation.")))
 
 
-def _self_dot() -> float:
-    """PE_pos . PE_pos for d_model = 64, from a row of the library's table (pos = 123)."""
-    return float(pe_table(1, 64, start=123).double()[0].square().sum())
+_TRACE_K, _TRACE_WIDTH = 5, 64  # the offset matrix M_5 of a d_model = 64 table
+
+
+def _offset_trace(base: float = 10_000.0) -> float:
+    """trace(M_5) for d_model = 64, from the library's offset matrix."""
+    return float(_sinusoidal.sinusoidal_offset_matrix(_TRACE_K, _TRACE_WIDTH, base).double().trace())
+
+
+def _one_cosine_per_pair() -> float:
+    """sum_i cos(5 w_i) for d_model = 64: PE_pos . PE_(pos + 5), one cosine per pair."""
+    return float(_pe_dot(_TRACE_K, _TRACE_WIDTH))
 
 
 register(question(
-    id="03_q_self_dot", title="Predict: PE_pos . PE_pos at d_model = 64",
-    entry="answer_03_self_dot", forbidden=("posenc_lesson.tasks.rotation._self_dot",),
-    judge=number_judge(_self_dot, [
-        Misconception(64, "you counted 1 per channel; a channel holds a sine or a cosine, and it is a "
-                      "*pair* that contributes sin^2 + cos^2 = 1.", "how many pairs does d_model = 64 make?",
-                      id="rotation.one_per_channel"),
-        Misconception(1, "you expect an encoding to be a unit vector; nothing normalises the table.",
-                      "sum sin^2 + cos^2 over the pairs.", id="rotation.encodings_unit_length"),
-        Misconception(8, "that is the square root of the number of channels; the dot product of a row "
-                      "with itself is its squared norm, a sum over the pairs.",
-                      "sum sin^2 + cos^2 over the pairs.", id="rotation.norm_not_squared"),
-    ], "PE_pos . PE_(pos + k) = sum over the pairs of cos(k w_i); here k = 0.")))
+    id="03_q_offset_trace", title="Predict: the trace of M_5 at d_model = 64",
+    entry="answer_03_offset_trace", forbidden=("posenc_lesson.tasks.rotation._offset_trace",
+                                               "posenc_lesson.tasks.rotation._one_cosine_per_pair"),
+    judge=number_judge(_offset_trace, [
+        Misconception(_one_cosine_per_pair, "you counted one cosine per pair; each 2 x 2 block "
+                      "[[cos, sin], [-sin, cos]] has the cosine twice on its diagonal.",
+                      "the trace of a block-diagonal matrix is the sum of its blocks' traces.",
+                      id="rotation.trace_one_cosine_per_block"),
+        Misconception(_TRACE_WIDTH, "you took M_5 for the identity; it is the identity only at k = 0.",
+                      "what is on the diagonal of a 2 x 2 rotation by an angle a?",
+                      id="rotation.trace_of_the_identity"),
+        Misconception(lambda: _offset_trace(base=100.0), "your exponent is i/d_model: i counts channel "
+                      "*pairs*, and the exponent is 2i/d_model.",
+                      "w_i = 10000^(-2i/d_model) for i = 0 .. d_model/2 - 1.",
+                      id="rotation.pairs_exponent_halved"),
+    ], "M_k is block-diagonal: pair i's block rotates by k w_i, w_i = 10000^(-2i/d_model).", rtol=1e-4)))
