@@ -268,13 +268,14 @@ register(Task(
 # Concept question (concepts.py): the answer counted here, on the lab's model and copy task
 # --------------------------------------------------------------------------------------
 
-_L_MAX, _N_MAX, _VOCAB = 64, 16, 18  # a 64-row table; copies of n = 1 .. 16 symbols, T = 2n + 2 <= 34
+_L_MAX, _COPIES, _VOCAB = 40, (3, 5, 11), 18  # a 40-row table; copies of n = 3, 5, 11 symbols, T <= 24
 
 
 @functools.cache  # one forward and backward pass per n, the same every time
-def _rows_with_gradient() -> tuple[int, int, int]:
-    """(rows of a learned table that get a gradient from copies of every n = 1 .. 16, the longest
-    T, positions that carry a loss term), with the lab's TinyDecoder, copy task and loss."""
+def _rows_with_gradient() -> tuple[int, int, int, int]:
+    """(rows of a learned table that get a gradient from copies of n = 3, 5 and 11 symbols, the
+    longest T, positions that carry a loss term, the rows that the shortest copy alone trains),
+    with the lab's TinyDecoder, copy task and loss."""
     from ..lab.copy_task import IGNORE, copy_batch
     from ..lab.model import TinyDecoder
     from ..lab.train import masked_loss
@@ -283,14 +284,16 @@ def _rows_with_gradient() -> tuple[int, int, int]:
         torch.manual_seed(0)
         model = TinyDecoder(_VOCAB, d_model=16, num_heads=2, num_layers=2, pos="learned", max_len=_L_MAX)
     g = torch.Generator().manual_seed(0)
-    longest, with_loss = 0, set()
-    for n in range(1, _N_MAX + 1):
+    longest, with_loss, shortest = 0, set(), 0
+    for n in _COPIES:
         tokens, targets = copy_batch(2, n, _VOCAB, generator=g)  # (2, 2n + 2)
         masked_loss(model(tokens), targets).backward()
         longest = max(longest, tokens.shape[1])
         with_loss |= set((targets[0] != IGNORE).nonzero().flatten().tolist())
+        if n == min(_COPIES):
+            shortest = int((model.pos_embed.table.grad.abs().sum(-1) > 0).sum())
     table = model.pos_embed.table  # (L_max, D)
-    return int((table.grad.abs().sum(-1) > 0).sum()), longest, len(with_loss)
+    return int((table.grad.abs().sum(-1) > 0).sum()), longest, len(with_loss), shortest
 
 
 register(question(
@@ -309,5 +312,9 @@ register(question(
         Misconception(_L_MAX, "you expect the whole table to train; a row past every training sequence is "
                       "never looked up, so it keeps its random initial values.",
                       "how long is the longest training sequence?", id="learned.whole_table_trains"),
+        Misconception(lambda: _rows_with_gradient()[3], "you counted the rows the shortest copy trains; a "
+                      "row trains as soon as any training sequence gives it a gradient, so the longest "
+                      "copy decides.", "which of the three copies reaches furthest into the table?",
+                      id="learned.shortest_copy_decides"),
     ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n.")))
 
