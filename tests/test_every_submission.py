@@ -93,6 +93,8 @@ def test_the_class_report_counts_the_same_rows_everywhere(graded):
     assert {s: v["max_score"] for s, v in data["students"].items()} == dict.fromkeys(graded["rows"], FULL)
     assert data["students"]["dave"]["score"] == 0  # not 7/7 = 100 % ahead of a real 87 %
     assert all(t["graded"] == 4 for t in data["tasks"].values())
+    # the terminal summary says the same: four students, two notebooks that ran (not "4 graded")
+    assert f"{STEM}: 4 student(s), 2 notebook(s) graded, mean " in graded["stdout"], graded["stdout"]
 
 
 @pytest.mark.slow
@@ -110,6 +112,8 @@ def test_each_student_gets_a_feedback_page_with_nothing_from_a_kernel_as_markup(
         assert "seed" not in text.lower() and "hidden input" not in text.lower()
     carl = (graded["out"] / "feedback" / "carl.html").read_text()
     assert "no notebook for this exercise was handed in" in carl
+    dave = (graded["out"] / "feedback" / "dave.html").read_text()
+    assert "(unreadable): " in dave and "(unreadable): unreadable" not in dave  # the word once
 
 
 def test_expect_takes_lesson_numbers_or_stems_and_names_the_exercises_when_wrong():

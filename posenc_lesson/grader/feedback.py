@@ -45,8 +45,9 @@ def _notebook(row: Graded) -> str:
     if row.exercise and row.exercise != row.notebook:
         said.append(f"<p>Graded as exercise <code>{esc(row.exercise)}</code>.</p>")
     if row.status != "ok" and row.reasons:
+        said_once = [r.removeprefix(f"{row.status}: ") for r in row.reasons]  # "(unreadable): unreadable: .."
         said.append(f'<p class="why">Not everything ran as planned ({esc(row.status)}): '
-                    f"{esc('; '.join(row.reasons))}</p>")
+                    f"{esc('; '.join(said_once))}</p>")
     if not row.tasks:
         return head + "".join(said) + "<p>No task of this notebook was graded.</p></section>"
     tasks = []

@@ -161,7 +161,8 @@ def summary(rows: list[Graded], columns: list[str], seconds: float, jobs: int, o
         same = [r for r in graded if r.exercise == stem]
         mean = sum(r.score for r in same) / len(same)
         full = sum(r.score >= (r.max_score or 0) for r in same)
-        lines.append(f"{stem}: {len(same)} graded, mean {format_number(mean)}/"
+        ran = sum(r.status in ("ok", "problems") for r in same)
+        lines.append(f"{stem}: {len(same)} student(s), {ran} notebook(s) graded, mean {format_number(mean)}/"
                      f"{format_number(same[0].max_score)}, full marks {full}")
     if columns:
         cells = []
