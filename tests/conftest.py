@@ -23,14 +23,18 @@ def one_thread():
 
 # Longest first: `make test` spreads whole files over two workers (--dist loadfile), in the order
 # they are collected; a slow file dealt last keeps one worker busy while the other idles. These
-# are the files that took longest in a full run (seconds per file, roughly, on 2 idle cores);
-# every other file keeps its place after them. A file missing here only costs time, never a test.
+# are the files that took longest in a full run (wall seconds per file in make test's summary,
+# CI, 2026-12-03, 2 cores; the rest older estimates); every other file keeps its place after them.
+# xdist would deal files by their number of tests instead (--loadscope-reorder, its default: the
+# browser tests, few tests but the longest files, came 15th and 34th); pytest_configure turns that
+# off. A file missing here only costs time, never a test.
 SLOW_FIRST = {
-    "test_forgery.py": 120, "test_grade.py": 110, "test_hub.py": 100, "test_browser.py": 90,
-    "test_book.py": 90, "test_nbgrader.py": 60, "test_packaging.py": 50, "test_disarmed.py": 40,
-    "test_hostile_rows.py": 40, "test_gradescope.py": 40, "test_class_report.py": 40,
-    "test_exercises.py": 40, "test_layout.py": 35, "test_hostile.py": 30, "test_explorers.py": 25,
-    "04_learned_vs_sinusoidal.ipynb": 30, "08_length_extrapolation.ipynb": 28,
+    "test_book.py": 552, "test_browser.py": 374, "test_grade.py": 103, "test_exercises.py": 85,
+    "test_hub.py": 84, "test_gradescope.py": 80, "08_length_extrapolation.ipynb": 77,
+    "test_nbgrader.py": 74, "test_forgery.py": 71, "04_learned_vs_sinusoidal.ipynb": 71,
+    "test_grader_limits.py": 69, "test_explorers.py": 60, "test_disarmed.py": 52, "test_hostile.py": 51,
+    "test_packaging.py": 50, "test_hostile_round3.py": 47, "test_hostile_rows.py": 46,
+    "test_class_report.py": 40, "test_layout.py": 35,
     "09_context_extension.ipynb": 15, "10_language_extrapolation.ipynb": 15,
 }
 
@@ -49,6 +53,8 @@ SLOW = set(SLOW_FIRST) | {
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: left out of `make test-quick` (tests/conftest.py: SLOW)")
     config.addinivalue_line("markers", "browser: drives Chromium (tests/test_browser.py, test_book.py)")
+    if hasattr(config.option, "loadscopereorder"):  # xdist: deal files in collection order (SLOW_FIRST)
+        config.option.loadscopereorder = False
     # A conftest's own hooks reach only the items under its folder (here tests/); registered as a
     # plugin, these reach the notebooks' cells too when one session runs both (make test).
     if not config.pluginmanager.has_plugin("posenc-every-item"):
