@@ -31,6 +31,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from .field_guide_sizes import AXIAL, PATCH_TABLES, axial_inv_freq, layer_config, table_size  # noqa: F401
+
 NOT_ATTENTION = (
     "linear_attention",
     "mamba",
@@ -90,7 +92,15 @@ def text_part(config: dict, entry: dict) -> dict:
 
 
 def merged(td: dict, entry: dict) -> dict:
-    """The config class's defaults (entry["defaults"]) under the config's own values."""
+    """The config class's defaults (entry["defaults"]) under the config's own values. A switch that
+    changes the scheme (entry["flags"]: BEiT's use_relative_position_bias) must have its recorded value."""
+    for key, recorded in (entry.get("flags") or {}).items():
+        if td.get(key) is not None and td[key] != recorded:
+            raise ValueError(
+                f"{td.get('model_type')} with {key}={td[key]!r} is not described: its positions were "
+                f"recorded with {key}={recorded!r} (tools/record_positions.py); describe_positions reads "
+                "only what it recorded"
+            )
     out = dict(entry.get("defaults") or {})
     legacy = (
         any(k in td for k in ("rope_scaling", "rope_theta", "rotary_emb_base"))
@@ -186,48 +196,20 @@ DIM_RULES = {  # the rotated width of a head, as the rotary modules of transform
     "rotary_dim": lambda c, p: c["rotary_dim"],
     "rotary_dim|head_dim": lambda c, p: first(c, "rotary_dim", "head_dim", default=_head(c)),
     "head_dim/2": lambda c, p: first(c, "head_dim", default=_head(c)) // 2,
+    "embed_dim/heads": lambda c, p: c["embed_dim"] // first(c, "num_attention_heads", "num_heads"),  # ViTs
 }
-
-
-AXIAL = {  # rope_type "axial" (vision towers): the width each axis's frequencies are computed for, from the
-    # head width D, and whether the two axes take alternate frequencies of one table (Pixtral)
-    "2 axes": lambda d: (d // 2, False),  # Qwen2-VL and most towers: h and w each D/2 channels
-    "3 axes": lambda d: (2 * ((d // 3) // 2), False),  # t, h, w each a third (the rest passes through)
-    "alternate": lambda d: (d, True),  # Pixtral: theta_i = base^(-2i/D), h the even i, w the odd i
-}
-
-
-def axial_inv_freq(dim: int, params: dict):
-    """A vision tower's axial RoPE frequencies, as its rotary module holds them (lesson 11's axial_angles
-    for axes of the per-axis width: theta_i = base^(-2i / width)). (count,) float32."""
-    import torch
-
-    width, alternate = AXIAL[params.get("axial") or "2 axes"](dim)
-    base = float(params["rope_theta"])
-    inv = 1.0 / (base ** (torch.arange(0, width, 2, dtype=torch.float) / width))  # (width // 2,)
-    return torch.cat([inv[0::2], inv[1::2]]) if alternate else inv
-
-
-def layer_config(cfg: dict, layer: int) -> dict:
-    """cfg with layer ``layer``'s own overrides: transformers' heterogeneous configs keep them in
-    per_layer_config, keyed by the layer's index (Gemma 4: {"05": {"head_dim": 512}, ...})."""
-    per = cfg.get("per_layer_config")
-    if isinstance(per, list) and layer < len(per) and isinstance(per[layer], dict):
-        return {**cfg, **per[layer]}
-    if isinstance(per, dict):
-        for key, overrides in per.items():
-            if str(key).lstrip("0") == str(layer).lstrip("0") and isinstance(overrides, dict):
-                return {**cfg, **overrides}
-    return cfg
 
 
 def layer_kinds(cfg: dict, n: int) -> list[str | None]:
     """Each layer's type: layer_types, or the hybrid keys of Mamba hybrids (Jamba's attn_layer_period and
     offset, Bamba's attn_layer_indices, Zamba's layers_block_type, Nemotron-H's hybrid_override_pattern:
-    "*" attention, "M" Mamba, "-" MLP, "E" experts)."""
+    "*" attention, "M" Mamba, "-" MLP, "E" experts) or RecurrentGemma's block_types."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == n:
         return list(types)
+    cross = cfg.get("cross_attention_layers")  # Mllama: these layers attend to the image, without positions
+    if isinstance(cross, list) and cross and all(isinstance(i, int) for i in cross):
+        return ["cross_attention" if i in cross else None for i in range(n)]
     blocks = cfg.get("layers_block_type")
     if isinstance(blocks, list) and len(blocks) == n:
         return ["full_attention" if "attention" in str(b) or b == "hybrid" else str(b) for b in blocks]
@@ -235,8 +217,12 @@ def layer_kinds(cfg: dict, n: int) -> list[str | None]:
     if isinstance(pattern, str) and len(pattern) == n:
         names = {"*": "full_attention", "M": "mamba", "-": "mlp", "E": "moe_only"}
         return [names.get(ch, ch) for ch in pattern]
-    if isinstance(cfg.get("attn_layer_indices"), list):
-        return ["full_attention" if i in cfg["attn_layer_indices"] else "mamba" for i in range(n)]
+    if "attn_layer_indices" in cfg and cfg.get("attn_layer_period") is None:  # Bamba: None, no attention
+        indices = cfg["attn_layer_indices"] if isinstance(cfg["attn_layer_indices"], list) else []
+        return ["full_attention" if i in indices else "mamba" for i in range(n)]
+    blocks = cfg.get("block_types")  # RecurrentGemma: "recurrent" and "attention" blocks, repeated
+    if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
+        return [blocks[i % len(blocks)] for i in range(n)]
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and isinstance(offset, int) and period > 0:
         return ["full_attention" if i % period == offset else "mamba" for i in range(n)]
@@ -244,6 +230,8 @@ def layer_kinds(cfg: dict, n: int) -> list[str | None]:
 
 
 def attends(layer_type: str | None) -> bool:
+    if layer_type == "cross_attention":
+        return False
     return (
         layer_type is None
         or not any(w in layer_type for w in NOT_ATTENTION)
@@ -325,43 +313,6 @@ def rotary_width(cfg: dict, entry: dict, params: dict) -> int:
             f"{cfg.get('model_type')}: rotated width ({rule}) must be an even integer >= 2; got {width!r}"
         )
     return width
-
-
-def _sides(v) -> list[int] | None:
-    """An image or patch size as (H, W): a list as given, one int for a square."""
-    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
-        return [int(x) for x in v][:2] * (2 if len(v) == 1 else 1)
-    return [int(v), int(v)] if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-PATCH_TABLES = {  # a vision table with one row per patch: (config key of the image size, of the patch size)
-    "patches": ("image_size", "patch_size"),
-    "pretrain_patches": ("pretrain_image_size", "patch_size"),  # SegGPT sizes its table at pretraining
-    "stride_patches": ("image_size", "patch_stride"),  # Hiera: patches overlap, one per stride
-}
-
-
-def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None:
-    """Rows of the learned position table: a config key plus an offset (BART keeps 2 spare rows), or for
-    a vision tower one row per patch, (H / p_h)(W / p_w), plus the class token's. ``table["in"]`` names
-    the sub-config that holds the key (a backbone_config, an encoder), read from the whole ``config``."""
-    table = entry.get("table")
-    if not table:
-        return None
-    src = cfg
-    if table.get("in"):
-        sub = (config or {}).get(table["in"])
-        src = {**(table.get("defaults") or {}), **(sub if isinstance(sub, dict) else {})}
-    if table["key"] in PATCH_TABLES:
-        size_key, patch_key = PATCH_TABLES[table["key"]]
-        image, patch = _sides(src.get(size_key)), _sides(src.get(patch_key))
-        ok = image and patch and 0 not in patch
-        value = (image[0] // patch[0]) * (image[1] // patch[1]) if ok else None
-    else:
-        value = src.get(table["key"])
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value + int(table.get("offset", 0))
 
 
 def span(layers: list[int]) -> str:

@@ -101,7 +101,8 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     n = len(rec.get("layers") or [])
     out: dict = {"scheme": scheme, "num_layers": n}
     if scheme == "rope":
-        rot = [v for v in (rotary or {}).values()]
+        containers = ("ModuleList", "ModuleDict")  # Granite-SWA's rotary_embs holds one per layer
+        rot = [v for v in (rotary or {}).values() if v.get("class") not in containers]
         out["rotary"] = rot[0].get("buffers") if rot else None
         kinds = text.get("layer_types") if n and len(text.get("layer_types") or []) == n else [None] * n
         per = []
@@ -134,11 +135,14 @@ def differences(spec, facts: dict) -> str | None:
             return f"transformers' own code could not be read: {what}"
         if facts.get("several_rotary"):
             return "several rotary modules with different frequencies in the text stack"
-    if facts["num_layers"] and list(spec.schemes) != facts["schemes"]:
+    # an absolute table or a bias the same for every layer: which stack counts (an encoder of 12, a decoder
+    # of 6) does not change it, as long as every layer the spec lists has that scheme
+    uniform = facts["scheme"] != "rope" and set(spec.schemes) <= {facts["scheme"]}
+    if facts["num_layers"] and not uniform and list(spec.schemes) != facts["schemes"]:
         return f"per-layer schemes {list(spec.schemes)[:8]} != transformers' {facts['schemes'][:8]}"
     if facts.get("table_rows") is not None and spec.extras.get("table_rows") != facts["table_rows"]:
         return f"position table rows {spec.extras.get('table_rows')} != {facts['table_rows']}"
-    if facts.get("scheme") != "rope":
+    if facts.get("scheme") != "rope" or "rope" not in facts["schemes"]:  # Bamba's default: Mamba layers only
         return None
     if spec.layout != facts["layout"]:
         return f"layout {spec.layout} != probed {facts['layout']}"
@@ -159,7 +163,9 @@ def differences(spec, facts: dict) -> str | None:
         scale = buf.get("attention_scaling")
         if scale is not None and not math.isclose(spec.attention_scaling(i), scale, rel_tol=1e-9):
             return f"layer {i}: attention_scaling {spec.attention_scaling(i)} != {scale}"
-    if facts.get("rotated") and spec.rotary_dims is None and spec.rotary_dim != facts["rotated"]:
+    proportional = any(r and r.get("rope_type") == "proportional" for r in spec.rope)  # zeros pinned above
+    one_width = not proportional and spec.rotary_dims is None
+    if facts.get("rotated") and one_width and spec.rotary_dim != facts["rotated"]:
         return f"rotated width {spec.rotary_dim} != probed {facts['rotated']}"
     return None
 
@@ -187,6 +193,7 @@ def cases(rec: dict) -> list[tuple[dict, dict]]:
     return out
 
 
+FLAGS = re.compile(r"^(use|add)_\w*(pos|rel|rope|rotary|alibi)|^position_embedding_type$|^layer_\w*rope\w*$")
 SIZE_KEYS = ("image_size", "patch_size", "patch_stride", "pretrain_image_size")
 MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$")
 
@@ -221,6 +228,8 @@ def entry_base(rec: dict) -> dict:
         "attn_layer_indices",
         "attn_layer_period",
         "attn_layer_offset",
+        "block_types",
+        "cross_attention_layers",
     ):
         if key in text:
             defaults[key] = text[key]
@@ -228,6 +237,9 @@ def entry_base(rec: dict) -> dict:
     if types:
         defaults["_rope_types"] = sorted(types)
     entry = {"scheme": scheme_of(rec), "defaults": defaults}
+    flags = {k: v for k, v in text.items() if FLAGS.match(k) and isinstance(v, (bool, str, list))}
+    if flags:  # BEiT's use_relative_position_bias, BERT's position_embedding_type: recorded as they were
+        entry["flags"] = flags
     also = sorted(set(rec.get("schemes") or {}) - {entry["scheme"]})
     if also:  # e.g. SAM: a learned table and relative biases in its attention
         entry["also"] = also
@@ -320,7 +332,8 @@ def grouped(refused: dict[str, str]) -> list[tuple[str, list[str]]]:
 
 
 def main() -> None:
-    recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    recorded = Path(sys.argv[1]) if len(sys.argv) > 1 else RECORDED
+    recs = [json.loads(line) for line in recorded.read_text().splitlines() if line.strip()]
     version = recs[0]["transformers_version"]
     shipped, facts = {}, {}
     for rec in recs:

@@ -1,0 +1,75 @@
+"""Sizes that describe_positions reads from a config beyond the head width: a vision tower's axial RoPE
+frequencies, a layer's own overrides in a heterogeneous config, and the rows of a learned position
+table (positions_data/model_types.json names which rule each model type follows; field_guide_types
+applies them). Taught in notebooks/12_field_guide.ipynb.
+"""
+
+from __future__ import annotations
+
+AXIAL = {  # rope_type "axial" (vision towers): the width each axis's frequencies are computed for, from the
+    # head width D, and whether the two axes take alternate frequencies of one table (Pixtral)
+    "2 axes": lambda d: (d // 2, False),  # Qwen2-VL and most towers: h and w each D/2 channels
+    "3 axes": lambda d: (2 * ((d // 3) // 2), False),  # t, h, w each a third (the rest passes through)
+    "alternate": lambda d: (d, True),  # Pixtral: theta_i = base^(-2i/D), h the even i, w the odd i
+}
+
+
+def axial_inv_freq(dim: int, params: dict):
+    """A vision tower's axial RoPE frequencies, as its rotary module holds them (lesson 11's axial_angles
+    for axes of the per-axis width: theta_i = base^(-2i / width)). (count,) float32."""
+    import torch
+
+    width, alternate = AXIAL[params.get("axial") or "2 axes"](dim)
+    base = float(params["rope_theta"])
+    inv = 1.0 / (base ** (torch.arange(0, width, 2, dtype=torch.float) / width))  # (width // 2,)
+    return torch.cat([inv[0::2], inv[1::2]]) if alternate else inv
+
+
+def layer_config(cfg: dict, layer: int) -> dict:
+    """cfg with layer ``layer``'s own overrides: transformers' heterogeneous configs keep them in
+    per_layer_config, keyed by the layer's index (Gemma 4: {"05": {"head_dim": 512}, ...})."""
+    per = cfg.get("per_layer_config")
+    if isinstance(per, list) and layer < len(per) and isinstance(per[layer], dict):
+        return {**cfg, **per[layer]}
+    if isinstance(per, dict):
+        for key, overrides in per.items():
+            if str(key).lstrip("0") == str(layer).lstrip("0") and isinstance(overrides, dict):
+                return {**cfg, **overrides}
+    return cfg
+
+
+def _sides(v) -> list[int] | None:
+    """An image or patch size as (H, W): a list as given, one int for a square."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+        return [int(x) for x in v][:2] * (2 if len(v) == 1 else 1)
+    return [int(v), int(v)] if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+PATCH_TABLES = {  # a vision table with one row per patch: (config key of the image size, of the patch size)
+    "patches": ("image_size", "patch_size"),
+    "pretrain_patches": ("pretrain_image_size", "patch_size"),  # SegGPT sizes its table at pretraining
+    "stride_patches": ("image_size", "patch_stride"),  # Hiera: patches overlap, one per stride
+}
+
+
+def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None:
+    """Rows of the learned position table: a config key plus an offset (BART keeps 2 spare rows), or for
+    a vision tower one row per patch, (H / p_h)(W / p_w), plus the class token's. ``table["in"]`` names
+    the sub-config that holds the key (a backbone_config, an encoder), read from the whole ``config``."""
+    table = entry.get("table")
+    if not table:
+        return None
+    src = cfg
+    if table.get("in"):
+        sub = (config or {}).get(table["in"])
+        src = {**(table.get("defaults") or {}), **(sub if isinstance(sub, dict) else {})}
+    if table["key"] in PATCH_TABLES:
+        size_key, patch_key = PATCH_TABLES[table["key"]]
+        image, patch = _sides(src.get(size_key)), _sides(src.get(patch_key))
+        ok = image and patch and 0 not in patch
+        value = (image[0] // patch[0]) * (image[1] // patch[1]) if ok else None
+    else:
+        value = src.get(table["key"])
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value + int(table.get("offset", 0))

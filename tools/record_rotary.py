@@ -1,0 +1,247 @@
+"""The rotary half of tools/record_positions.py: rebuild a model's rotary module on the CPU, read its
+inv_freq and attention_scaling per layer type, and probe the model's own apply function on basis
+vectors (which channel pairs turn together, by which angle at position 1)."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import math
+import re
+
+import torch
+from torch import nn
+
+
+def floats(t: torch.Tensor) -> list[float]:
+    return [float(v) for v in t.detach().float().flatten().tolist()]
+
+
+def rebuild(mod: nn.Module, tc):
+    cls = type(mod)
+    sig = inspect.signature(cls.__init__)
+    kwargs = {}
+    for name, p in list(sig.parameters.items())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if name == "config":
+            kwargs[name] = getattr(mod, "config", tc)
+        elif name == "device":
+            kwargs[name] = torch.device("cpu")
+        elif hasattr(mod, name):
+            kwargs[name] = getattr(mod, name)
+        elif p.default is p.empty:
+            raise TypeError(f"cannot rebuild {cls.__name__}: no value for {name}")
+    with torch.device("cpu"):
+        return cls(**kwargs)
+
+
+def buffers_of(rot) -> dict:
+    out = {}
+    for name, buf in rot.named_buffers(recurse=False):
+        if name.endswith("inv_freq") and "original" not in name:
+            lt = name[: -len("inv_freq")].rstrip("_") or None
+            scale = getattr(rot, f"{lt}_attention_scaling" if lt else "attention_scaling", None)
+            if scale is None:
+                scale = getattr(rot, "attention_scaling", None)
+            out[str(lt)] = {
+                "inv_freq": floats(buf),
+                "attention_scaling": None if scale is None else float(scale),
+            }
+    return out
+
+
+def cos_sin(rot, dh: int, layer_type, axes: int):
+    """The rotary module's output at position 1 for dh tokens: (cos, sin), or Llama 4's complex freqs_cis."""
+    pos = torch.ones(1, dh, dtype=torch.long)
+    if axes > 1:  # M-RoPE: one row of position ids per axis (time, height, width)
+        pos = pos[None].expand(axes, 1, dh)
+    x = torch.zeros(1, dh, 8)
+    kwargs = {} if layer_type in (None, "None") else {"layer_type": layer_type}
+    out = rot(x, pos, **kwargs)
+    if isinstance(out, torch.Tensor):
+        return out, None
+    return out[0].float(), out[1].float()
+
+
+def call_apply(fn, q, cos, sin, width, extra):
+    """fn on basis vectors q, whichever of transformers' signatures it has; the image of e_i per row."""
+    names = list(inspect.signature(fn).parameters)
+    if sin is None:  # complex freqs_cis (Llama 4): q is (B, T, H, D)
+        qt = q[0, 0][None, :, None, :]  # (1, T=width, 1, width)
+        res = fn(qt, qt.clone(), cos[..., :width, :] if cos.dim() == 3 else cos)
+        return (res[0] if isinstance(res, tuple) else res)[0, :, 0, :]
+    c = cos[..., :width, :] if cos.dim() == 3 else cos
+    s = sin[..., :width, :] if sin.dim() == 3 else sin
+    if names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"]):
+        res = fn(q, c, s, **extra)  # one tensor at a time (Gemma 3n, DeepSeek-V4)
+    else:
+        res = fn(q, q.clone(), c, s, **extra)
+    return (res[0] if isinstance(res, tuple) else res)[0, 0]
+
+
+def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
+    """Layout, rotated width and angle per pair at position 1, from the model's apply function."""
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        return {"probe": f"no {fn_name} in the modeling module"}
+    params = inspect.signature(fn).parameters
+    mrope = "mrope_section" in params
+    last = None
+    for axes in (3,) if mrope else (1, 3, 4, 2):
+        try:
+            cos, sin = cos_sin(rot, dh, layer_type, axes)
+        except Exception as err:
+            last = f"rotary forward: {type(err).__name__}: {err}"[:200]
+            continue
+        for width in dict.fromkeys([dh, cos.shape[-1], 2 * cos.shape[-1]]):
+            q = torch.eye(width)[None, None]  # (1, 1, T=width, width)
+            extra = {}
+            if mrope:
+                rp = getattr(cfg, "rope_parameters", None) or {}
+                extra["mrope_section"] = rp.get("mrope_section")
+            try:
+                with torch.no_grad():
+                    out = call_apply(fn, q, cos, sin, width, extra)
+            except Exception as err:
+                last = f"{fn_name}: {type(err).__name__}: {err}"[:200]
+                continue
+            return read_pairs(out.float(), width, dh)
+    return {"probe": last}
+
+
+def read_pairs(m: torch.Tensor, width: int, dh: int) -> dict:
+    """Row i of m is the image of basis vector e_i. Channels i and j turn together when their images
+    span the same two output channels (in place for most models; DeepSeek's interleaved apply also
+    moves them to rotate-half order, "permuted")."""
+    eye = torch.eye(width)
+    moved = [i for i in range(width) if not torch.equal(m[i], eye[i])]
+    support = {i: tuple(int(j) for j in torch.nonzero(m[i]).flatten()) for i in moved}
+    pairs, angles, scales, seen, permuted = [], [], [], set(), False
+    for i in moved:
+        if i in seen:
+            continue
+        same = [j for j in moved if j != i and support[j] == support[i]]
+        if len(same) != 1 or len(support[i]) != 2:
+            return {"probe": f"channel {i} mixes with {list(support[i])[:4]}"}
+        j = same[0]
+        seen |= {i, j}
+        pairs.append([i, j])
+        if support[i] == (i, j):
+            angles.append(math.atan2(abs(float(m[i, j])), float(m[i, i])))
+            scales.append(math.hypot(float(m[i, j]), float(m[i, i])))
+        else:
+            permuted = True
+            scales.append(math.hypot(*[float(m[i, k]) for k in support[i]]))
+    if not pairs:
+        return {"probe": "nothing turned", "rotated": 0}
+    r = 2 * len(pairs)
+    if all(b - a == r // 2 and a == k for k, (a, b) in enumerate(pairs)) or all(
+        b - a == width // 2 and a == k for k, (a, b) in enumerate(pairs)
+    ):  # rotate_half on the rotated channels, or on the whole head with some pairs at angle 0 (p-RoPE)
+        layout = "half"
+    elif all(a == 2 * k and b == a + 1 for k, (a, b) in enumerate(pairs)):
+        layout = "interleaved"
+    else:
+        layout = "other"
+    return {
+        "layout": layout,
+        "rotated": r,
+        "probed_width": width,
+        "head_dim": dh,
+        "permuted": permuted,
+        "pairs": pairs if layout == "other" else None,
+        "angles": angles or None,
+        "scale": scales[0],
+    }
+
+
+def safe_get(cfg, key):
+    """cfg.key, or None where a heterogeneous config (Gemma 4) refuses a global read of a per-layer key."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:
+        return None
+
+
+def layer_config(cfg, layer_type):
+    """The config a layer of this type is built from: per_layer_config[layer_type] where the config
+    is heterogeneous (Gemma 4's full-attention layers are 512 wide, its sliding ones 256), else cfg."""
+    per = safe_get(cfg, "per_layer_config")
+    if per is None or layer_type in (None, "None"):
+        return cfg
+    try:
+        return per[layer_type]
+    except Exception:
+        return cfg
+
+
+def head_dim_of(tc, n_inv: int) -> int:
+    for key in ("head_dim", "qk_rope_head_dim", "attention_head_size", "d_head"):
+        v = safe_get(tc, key)
+        if isinstance(v, int) and v >= 2 * n_inv:
+            return v
+    hidden = safe_get(tc, "hidden_size") or safe_get(tc, "d_model")
+    heads = safe_get(tc, "num_attention_heads") or safe_get(tc, "num_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads and hidden // heads >= 2 * n_inv:
+        return hidden // heads
+    return 2 * n_inv
+
+
+def modeling_module(model):
+    return importlib.import_module(type(model).__module__)
+
+
+def unique_rotary(rotary: dict) -> dict:
+    out = {}
+    for path, mod in rotary.items():
+        key = re.sub(r"\.\d+\.", ".N.", path)
+        out.setdefault(key, (path, mod))
+    return out
+
+
+def rotary_facts(rotary: dict, tc, module, fn_name: str, config=None) -> dict:
+    facts = {}
+    for key, (path, mod) in unique_rotary(rotary).items():
+        entry: dict = {"class": type(mod).__name__, "path": path}
+        try:
+            if config is not None:
+                saved = getattr(mod, "config", None)
+                if saved is None:
+                    entry["error"] = "no config to change"
+                    facts[key] = entry
+                    continue
+                mod = copy.copy(mod)
+                mod.config = config
+            rot = rebuild(mod, tc)
+        except Exception as err:
+            entry["error"] = f"rebuild: {type(err).__name__}: {err}"[:300]
+            facts[key] = entry
+            continue
+        entry["buffers"] = buffers_of(rot)
+        if config is None:
+            probes = {}
+            for lt, b in entry["buffers"].items():
+                dh = head_dim_of(layer_config(getattr(rot, "config", tc), lt), len(b["inv_freq"]))
+                try:
+                    probes[lt] = probe(module, rot, dh, lt, getattr(rot, "config", tc), fn_name)
+                except Exception as err:
+                    probes[lt] = {"probe": f"{type(err).__name__}: {err}"[:200]}
+            entry["probe"] = probes
+        facts[key] = entry
+    return facts
+
+
+def doubled_theta(tc):
+    d = tc.to_dict()
+    rp = d.get("rope_parameters")
+    if not isinstance(rp, dict):
+        return None
+    nested = [v for v in rp.values() if isinstance(v, dict)]
+    for p in nested or [rp]:
+        if isinstance(p.get("rope_theta"), (int, float)):
+            p["rope_theta"] = float(p["rope_theta"]) * 2
+    for k in ("model_type", "transformers_version", "architectures"):
+        d.pop(k, None)
+    return type(tc)(**{k: v for k, v in d.items() if not k.endswith("_config") or v is None})
