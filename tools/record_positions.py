@@ -360,6 +360,11 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     found = classify_modules(model)
     rec["schemes"] = found["schemes"]
     rec["towers"] = found["towers"]
+    rc = next((getattr(m, "config", None) for m in found["rotary"].values()), None)
+    if rec["text_key"] is None and rc is not None and rc is not cfg and rc is not tc:
+        path = config_path(cfg, rc)  # the sub-config the rotary stack is built from (LASR's encoder_config)
+        if path:
+            tc, rec["text_key"], rec["text_model_type"] = rc, path, getattr(rc, "model_type", None)
     try:
         apply_fns: set = set()
         rec["layers"] = layers_of(model, tc, apply_fns)
