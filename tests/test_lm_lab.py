@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,9 @@ def test_corpus_checksum_is_the_one_the_readme_records():
     assert hashlib.sha256(data).hexdigest() == SHA256
     readme = (ROOT / "data" / "corpus" / "README.md").read_text()
     assert SHA256 in readme and f"{len(data):,} bytes" in readme
-    assert re.search(r"public domain", readme) and "bible-kjv-text" in readme
+    assert "letters" in readme and "1769" in readme and "bible-kjv-text" in readme
+    assert "public domain" not in readme  # not so in the United Kingdom (the Crown's letters patent)
+    assert '"the heaven\n  and the earth"' in readme and b"the heaven and the earth" in data[:100]
 
 
 def test_corpus_is_over_a_megabyte_of_english_prose():
