@@ -10,6 +10,7 @@ from posenc_lesson.lab.field_bugs import (
     chunk_mask,
     copy_accuracy,
     copy_batch_fixed,
+    positions_from_mask,
     run,
     shard_slopes,
     top_left_mask,
@@ -85,3 +86,20 @@ def test_bf16_positions_round_to_multiples_of_64_near_16000():
     torch.manual_seed(0)
     model = TinyDecoder(VOCAB, pos="rope").eval()
     assert 0.0 <= copy_accuracy(model, tokens, targets, positions=torch.arange(12) + 16000) <= 1.0
+
+
+def test_positions_from_mask_counts_real_tokens_and_zeroes_pads():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 0, 1, 1]])
+    expected = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
+    assert torch.equal(positions_from_mask(mask), expected)
+    assert torch.equal(positions_from_mask(mask.bool()), expected)
+    # lesson 12's by-hand fix (clamp to 0) agrees on a left-padded batch
+    left = torch.tensor([[0, 0, 0, 1], [1, 1, 1, 1]])
+    assert torch.equal(positions_from_mask(left), (left.cumsum(-1) - 1).clamp(min=0))
+
+
+@pytest.mark.parametrize("bad", [torch.ones(4, dtype=torch.long), torch.ones(2, 3),
+                                 torch.tensor([[0, 2, 1]])])
+def test_positions_from_mask_names_a_bad_mask(bad):
+    with pytest.raises(ValueError, match="mask must"):
+        positions_from_mask(bad)

@@ -127,6 +127,21 @@ def copy_accuracy(
     return (logits.argmax(-1)[scored] == targets[scored]).float().mean().item()
 
 
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """Position ids of a padded batch from its attention mask, as transformers 5.24's ``generate``
+    computes them (``_prepare_position_ids_for_generation``): a real token's position is the number
+    of real tokens before it, ``cumsum(mask) - 1``, and every pad gets 0 (the mask hides pads, so
+    their value is a convention). (B, T) 0/1 or bool -> (B, T) long."""
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        raise ValueError("mask must be a (B, T) tensor of 0/1 (1 = real token); got "
+                         f"{getattr(mask, 'shape', type(mask).__name__)}")
+    if mask.is_floating_point() or not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must hold only 0 and 1 (an integer or bool tensor): 1 for a real "
+                         "token, 0 for a pad")
+    positions = mask.long().cumsum(-1) - 1  # (B, T)
+    return positions.masked_fill(mask == 0, 0)  # (B, T)
+
+
 def bottom_right_mask(q_len: int, k_len: int) -> Tensor:
     """Query i (the i-th of the last q_len tokens) sees keys j <= k_len - q_len + i. (q_len, k_len)"""
     return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)
@@ -149,7 +164,8 @@ def shard_slopes(num_heads: int, tp: int, *, bug: bool | str = False) -> Tensor:
 
     Right (``bug=False``): each rank's heads take the global slopes[rank * H/tp : (rank + 1) * H/tp].
     ``bug="local_count"`` (or True): every rank computes alibi_slopes(H/tp) from its local head
-    count, so every rank, the first included, holds the same wrong slopes (flashinfer #1606).
+    count, so every rank, the first included, holds the same wrong slopes (FlashInfer's
+    ``_get_cache_alibi_slopes_buf(num_qo_heads)`` in flashinfer/utils.py; feature request flashinfer #1606).
     ``bug="no_offset"``: every rank slices the global slopes without its rank offset, so every rank
     holds the first rank's slopes (Megatron-DeepSpeed #227)."""
     if num_heads % tp:

@@ -5,7 +5,8 @@ the two concept questions in field_guide_questions.py; the helpers and GUIDE_FOR
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases (edge
 cases included: the layer right at the pattern, the length right at original_max_len), another
 seed draws fresh inputs of the same kind. References come from the library
-(``scaled_rope_frequencies``, ``describe_positions``), which equals transformers' rotary modules;
+(``scaled_rope_frequencies``, ``describe_positions``, which equal transformers' rotary modules, and
+``lab.field_bugs.positions_from_mask``, which equals transformers' generate);
 the known mistakes are computed here.
 """
 
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .. import rope_scaling as _scaling
+from ..lab.field_bugs import positions_from_mask
 from .judges import Mistake, as_float_tensor, call, draw, seeded, tensor_judge
 from .registry import Task, register
 
@@ -176,8 +178,8 @@ register(
 
 
 def _pad_ref(mask: Tensor) -> Tensor:
-    pos = mask.long().cumsum(-1) - 1  # (B, T)
-    return pos.masked_fill(mask == 0, 0)  # (B, T): pads as transformers 5.24's generate fills them
+    """The library's positions_from_mask: pads as transformers 5.24's generate fills them. (B, T)"""
+    return positions_from_mask(mask)  # (B, T)
 
 
 def _pads_zeroed(out: Any, mask: Tensor) -> Any:
@@ -248,7 +250,7 @@ register(
         title="Position ids for a left-padded batch",
         points=1,
         entry="left_pad_positions",
-        forbidden=GUIDE_FORBIDDEN,
+        forbidden=(*GUIDE_FORBIDDEN, "posenc_lesson.lab.field_bugs.positions_from_mask"),
         cases=_pad_cases,
         hidden=_pad_cases,
         run=call,
