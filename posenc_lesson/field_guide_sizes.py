@@ -49,6 +49,9 @@ PATCH_TABLES = {  # a vision table with one row per patch: (config key of the im
     "patches": ("image_size", "patch_size"),
     "pretrain_patches": ("pretrain_image_size", "patch_size"),  # SegGPT sizes its table at pretraining
     "stride_patches": ("image_size", "patch_stride"),  # Hiera: patches overlap, one per stride
+    "max_image_patches": ("max_image_size", "patch_size"),  # a table for the largest image, cut down
+    "max_img_patches": ("max_img_size", "patch_size"),  # RADIO
+    "input_patches": ("input_size", "patch_size"),  # LayoutLMv3's visual tokens
 }
 
 

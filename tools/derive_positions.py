@@ -92,6 +92,15 @@ def scheme_of(rec: dict) -> str:
     return "alibi" if rec.get("alibi_source") else "none"
 
 
+def stack_rotary(rec: dict, rotary: dict | None) -> dict:
+    """The rotary modules of the layer stack the facts describe: those beside it (Qwen2.5-Omni's thinker,
+    not its talker or its token2wav DiT); all of them where the stack's parent holds none."""
+    rotary = rotary or {}
+    parent = (rec.get("stack") or "").rpartition(".")[0]
+    own = {k: v for k, v in rotary.items() if parent and k.startswith(parent + ".")}
+    return own or rotary
+
+
 def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     """What transformers does with this config: per layer, and the rotary module's numbers."""
     scheme = scheme_of(rec)
@@ -102,7 +111,7 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     out: dict = {"scheme": scheme, "num_layers": n}
     if scheme == "rope":
         containers = ("ModuleList", "ModuleDict")  # Granite-SWA's rotary_embs holds one per layer
-        rot = [v for v in (rotary or {}).values() if v.get("class") not in containers]
+        rot = [v for v in stack_rotary(rec, rotary).values() if v.get("class") not in containers]
         out["rotary"] = rot[0].get("buffers") if rot else None
         kinds = text.get("layer_types") if n and len(text.get("layer_types") or []) == n else [None] * n
         per = []
@@ -114,7 +123,8 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
                 rope = "None" in served or str(kind) in served
             per.append({True: "rope", False: "nope", None: "none"}.get(rope, "unknown"))
         out["schemes"] = per
-        probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
+        first = next(iter(stack_rotary(rec, rec["rotary"]).values()))
+        probe = next(iter((first.get("probe") or {}).values()), {})
         out["layout"], out["rotated"] = probe.get("layout"), probe.get("rotated")
         out["probe"] = probe.get("probe")
         out["several_rotary"] = len({json.dumps(v.get("buffers")) for v in rot}) > 1
@@ -194,7 +204,7 @@ def cases(rec: dict) -> list[tuple[dict, dict]]:
 
 
 FLAGS = re.compile(r"^(use|add)_\w*(pos|rel|rope|rotary|alibi)|^position_embedding_type$|^layer_\w*rope\w*$")
-SIZE_KEYS = ("image_size", "patch_size", "patch_stride", "pretrain_image_size")
+SIZE_KEYS = tuple(dict.fromkeys(k for keys in types_.PATCH_TABLES.values() for k in keys))
 MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$")
 
 
@@ -269,7 +279,8 @@ def derive(rec: dict) -> dict:
     if entry["scheme"] == "learned" and "table" not in entry:
         return {**entry, "refused": "no config key sizes its position table"}
     if entry["scheme"] == "rope":
-        probe = next(iter((rec["rotary"][next(iter(rec["rotary"]))].get("probe") or {}).values()), {})
+        first = next(iter(stack_rotary(rec, rec["rotary"]).values()))
+        probe = next(iter((first.get("probe") or {}).values()), {})
         entry["layout"] = probe.get("layout")
     first_reason = None
     axial = list(types_.AXIAL) if '"axial"' in json.dumps(rec["config"]) else [None]

@@ -56,7 +56,7 @@ KEYS = re.compile(
     r"rope|rotary|position|pos_|_pos|theta|head_dim|hidden_size|num_attention_heads|n_head|n_embd|d_model|"
     r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
     r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global|"
-    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx"
+    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx|input_size"
 )
 
 
@@ -306,6 +306,7 @@ def layers_of(model, tc, apply_fns: set) -> list[dict]:
         return any(re.search(r"attn|attention", n) for n in names)
 
     prefix = max(stacks, key=lambda p: (attends(p), len(stacks[p]), -len(p)))
+    apply_fns.add(f"stack:{prefix}")  # which stack the layers are (record() moves it to rec["stack"])
     out = []
     for i in sorted(stacks[prefix]):
         layer = stacks[prefix][i]
@@ -368,6 +369,8 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     try:
         apply_fns: set = set()
         rec["layers"] = layers_of(model, tc, apply_fns)
+        rec["stack"] = next((f[len("stack:"):] for f in apply_fns if f.startswith("stack:")), None)
+        apply_fns = {f for f in apply_fns if not f.startswith("stack:")}
         rec["apply_fns"] = sorted(apply_fns)
     except Exception as err:
         rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
