@@ -28,7 +28,7 @@ ORDERS = list(itertools.permutations(["dog", "bites", "man"]))  # the six orders
 
 @functools.cache
 def _one_head() -> dict:
-    """Lesson 01's toy head, drawn from a fixed seed (the lesson's own cells draw unseeded ones):
+    """Lesson 01's toy head, drawn from a fixed seed (the lesson's own cells draw theirs after viz.setup()'s seed 0):
     a (D,) embedding per word of "dog bites man", W_Q, W_K, W_V (D, Dh), the (16, D) sinusoidal
     table; D = Dh = 8 as in the lesson."""
     g = torch.Generator().manual_seed(0)
