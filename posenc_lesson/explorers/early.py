@@ -28,9 +28,9 @@ ORDERS = list(itertools.permutations(["dog", "bites", "man"]))  # the six orders
 
 @functools.cache
 def _one_head() -> dict:
-    """Lesson 01's toy head, drawn from a fixed seed (the lesson's own cells draw theirs after viz.setup()'s seed 0):
-    a (D,) embedding per word of "dog bites man", W_Q, W_K, W_V (D, Dh), the (16, D) sinusoidal
-    table; D = Dh = 8 as in the lesson."""
+    """Lesson 01's toy head, drawn from a seed of its own (the lesson's cells draw theirs after
+    viz.setup()'s seed 0): a (D,) embedding per word of "dog bites man", W_Q, W_K, W_V (D, Dh),
+    the (16, D) sinusoidal table; D = Dh = 8 as in the lesson."""
     g = torch.Generator().manual_seed(0)
     d = 8
     embedding = {word: torch.randn(d, generator=g) for word in ("dog", "bites", "man")}
