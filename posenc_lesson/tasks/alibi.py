@@ -112,6 +112,7 @@ _SLOPE_HINT = ("m_h = 2^(-8(h+1)/n) for n a power of 2; otherwise the slopes of 
 
 register(Task(
     id="07_alibi_slopes",
+    kind="implement",
     title="ALiBi slopes",
     points=3,
     entry="get_slopes",
@@ -124,6 +125,7 @@ register(Task(
 
 register(Task(
     id="07_fix_slopes",
+    kind="diagnose",
     title="ALiBi slopes (find the bug)",
     points=2,
     entry="get_slopes_fixed",
@@ -143,6 +145,7 @@ def _distance(t: int) -> Tensor:
 
 register(Task(
     id="07_alibi_bias",
+    kind="implement",
     title="The ALiBi bias",
     points=2,
     entry="alibi_bias_matrix",
@@ -197,6 +200,7 @@ def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
 
 register(Task(
     id="07_alibi_attention",
+    kind="implement",
     title="Causal attention with ALiBi",
     points=3,
     entry="alibi_attention",
@@ -383,6 +387,7 @@ def _recipe_judge(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="07_slope_recipe",
+    kind="diagnose",
     title="Diagnose: which slope list a measured bias came from",
     points=2,
     entry="slope_recipe",

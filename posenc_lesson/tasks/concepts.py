@@ -154,8 +154,9 @@ def number_judge(truth: Callable[[], float], misconceptions: list[Misconception]
 
 
 def question(*, id: str, title: str, entry: str, judge: Callable[[list, list], Judged],
-             forbidden: tuple[str, ...], points: int = 1) -> Task:
+             forbidden: tuple[str, ...], points: int = 1, kind: str = "predict") -> Task:
     """A concept question's Task (its topic file registers it): one empty case, the same for every
-    seed; the public library allowed."""
+    seed; the public library allowed. Its kind is "predict" (commit to an answer before the lesson's
+    cell shows it) unless the question says otherwise (e.g. "diagnose": name a symptom's cause)."""
     return Task(id=id, title=title, points=points, entry=entry, forbidden=forbidden, cases=lambda: [()],
-                run=ANSWER, judge=judge, hidden=lambda seed: [()], allowed=("posenc_lesson",))
+                run=ANSWER, judge=judge, hidden=lambda seed: [()], allowed=("posenc_lesson",), kind=kind)

@@ -100,6 +100,7 @@ _PI_MISTAKES = [
 
 register(Task(
     id="09_pi_frequencies",
+    kind="implement",
     title="Position-interpolation frequencies",
     points=1,  # transcription of one formula: lesson 09's design task (scaling_design.py) carries the weight
     entry="pi_frequencies",
@@ -204,6 +205,7 @@ _YARN_MISTAKES = [
 
 register(Task(
     id="09_yarn_frequencies",
+    kind="implement",
     title="YaRN's frequencies (NTK-by-parts ramp)",
     points=2,  # the statement spells out the code's steps
     entry="yarn_frequencies",
@@ -294,6 +296,7 @@ _SCORES_MISTAKES = [
 
 register(Task(
     id="09_yarn_scores",
+    kind="implement",
     title="YaRN's attention scale on q and k",
     points=2,
     entry="yarn_scores",

@@ -115,6 +115,7 @@ _ACCURACY_MISTAKES = [
 
 register(Task(
     id="08_copy_accuracy",
+    kind="implement",
     title="Accuracy at each copied position",
     points=3,
     entry="copy_accuracy_by_position",
@@ -270,6 +271,7 @@ _DIP_MISTAKES = [
 
 register(Task(
     id="08_diagnose_dip",
+    kind="diagnose",
     title="Diagnose: which pair makes the dip?",
     points=2,
     entry="diagnose_dip",

@@ -156,6 +156,7 @@ def _judge_terms(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="08_position_terms",
+    kind="implement",
     title="The scheme switch",
     points=3,
     entry="position_terms",
@@ -239,6 +240,7 @@ def _judge_order(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="08_measure_order",
+    kind="implement",
     title="Measuring order sensitivity",
     points=2,
     entry="order_sensitive",
@@ -291,6 +293,7 @@ def _judge_prediction(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="08_predict_order",
+    kind="predict",
     title="Predict: which models notice a swap?",
     points=1,
     entry="predicted_order_sensitive",

@@ -154,6 +154,7 @@ _GEMMA_MISTAKES = [
 register(
     Task(
         id="12_gemma3_layer_frequencies",
+        kind="implement",
         title="Gemma 3's frequencies, layer by layer",
         points=2,
         entry="gemma3_layer_frequencies",
@@ -247,6 +248,7 @@ _PAD_MISTAKES = [
 register(
     Task(
         id="12_left_pad_positions",
+        kind="derive",
         title="Position ids for a left-padded batch",
         points=1,
         entry="left_pad_positions",

@@ -100,6 +100,7 @@ _LONGROPE_MISTAKES = [
 register(
     Task(
         id="12_longrope_frequencies",
+        kind="implement",
         title="LongRoPE's switch",
         points=2,
         entry="longrope_frequencies",
@@ -173,6 +174,7 @@ _PROP_MISTAKES = [
 register(
     Task(
         id="12_proportional_frequencies",
+        kind="implement",
         title="Proportional RoPE, not GPT-NeoX's",
         points=2,
         entry="proportional_frequencies",

@@ -78,6 +78,7 @@ _BPB_MISTAKES = [
 
 register(Task(
     id="10_bits_per_byte",
+    kind="implement",
     title="Bits per byte from logits",
     points=2,
     entry="bits_per_byte",
@@ -148,6 +149,7 @@ _PLAN_MISTAKES = [
 
 register(Task(
     id="10_sliding_plan",
+    kind="implement",
     title="A sliding window that scores each byte once",
     points=2,
     entry="sliding_plan",
@@ -229,6 +231,7 @@ _BREAK_MISTAKES = [
 
 register(Task(
     id="10_break_position",
+    kind="implement",
     title="Diagnose: where a loss-by-position curve breaks",
     points=2,
     entry="break_position",
@@ -286,6 +289,7 @@ _MEAN_MISTAKES = [
 
 register(Task(
     id="10_fix_window_mean",
+    kind="diagnose",
     title="Find the bug: averaging a sliding-window evaluation",
     points=2,
     entry="window_bpb_fixed",

@@ -123,6 +123,7 @@ def _judge_learned(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="04_learned_embedding",
+    kind="implement",
     title="A learned positional embedding",
     points=3,
     entry="LearnedPositions",
@@ -149,6 +150,7 @@ def _add_table(x: Tensor) -> Tensor:
 
 register(Task(
     id="04_fix_concat",
+    kind="diagnose",
     title="Adding the sinusoidal table (find the bug)",
     points=2,
     entry="add_sinusoidal",
@@ -249,6 +251,7 @@ _UNTRAINED_MISTAKES = [
 
 register(Task(
     id="04_untrained_rows",
+    kind="derive",
     title="Diagnose: the rows a learned table never trains",
     points=2,
     entry="untrained_rows",

@@ -91,6 +91,7 @@ _TABLE_MISTAKES = [
 
 register(Task(
     id="11_sincos_2d",
+    kind="implement",
     title="The 2-D sin-cos table",
     points=2,
     entry="sincos_2d_table",
@@ -184,6 +185,7 @@ _AXIAL_MISTAKES = [
 
 register(Task(
     id="11_axial_rope",
+    kind="implement",
     title="Axial RoPE (FLUX's layout)",
     points=3,
     entry="axial_rope",
@@ -269,6 +271,7 @@ _POSITIONS_MISTAKES = [
 
 register(Task(
     id="11_mrope_positions",
+    kind="implement",
     title="M-RoPE position ids of a mixed sequence",
     points=3,
     entry="mrope_position_ids",
@@ -354,6 +357,7 @@ _FIX_MISTAKES = [
 
 register(Task(
     id="11_fix_interleaved_mrope",
+    kind="diagnose",
     title="Qwen3-VL's rotary (find the bug)",
     points=2,
     entry="mrope_fixed",

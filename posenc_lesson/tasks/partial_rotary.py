@@ -105,6 +105,7 @@ _either_layout.reference = _PARTIAL_JUDGE.reference  # type: ignore[attr-defined
 
 register(Task(
     id="09_fix_partial_rotary",
+    kind="diagnose",
     title="Partial rotary (find the bug)",
     points=2,
     entry="partial_rope_fixed",

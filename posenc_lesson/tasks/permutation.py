@@ -57,6 +57,7 @@ def _attention_cases(seed: int = 0) -> list[tuple]:
 
 register(Task(
     id="01_attention",
+    kind="implement",
     title="Scaled dot-product attention",
     points=2,
     entry="attention",
@@ -70,6 +71,7 @@ register(Task(
 
 register(Task(
     id="01_fix_softmax_axis",
+    kind="diagnose",
     title="Attention weights (find the bug)",
     points=1,
     entry="attention_weights",
@@ -165,6 +167,7 @@ def _judge_permutation(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="01_permutation_check",
+    kind="implement",
     title="The permutation check",
     points=2,
     entry="is_permutation_equivariant",

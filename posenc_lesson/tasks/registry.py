@@ -91,6 +91,11 @@ class Task:
             for (by convention it gives the visible cases). None: graded on ``cases``.
         allowed: library functions (or modules, or "posenc_lesson" for all of its public ones
             outside grading) the answer may call; a name in ``forbidden`` wins.
+        kind: what the task asks the learner to do, one of ``KINDS``: "implement" (type a formula
+            the statement gives; at most one per notebook), "derive" (the statement gives the
+            requirement, not the formula), "diagnose" (a symptom: name the cause, write the fix),
+            "predict" (commit to a value before the lesson shows it), "design" (choose a setting
+            that meets a goal, judged by measuring it), "read" (a real config: read it right).
     """
 
     id: str
@@ -103,6 +108,11 @@ class Task:
     judge: Callable[[list, list], Judged]
     hidden: Callable[[int], list[tuple]] | None = None
     allowed: tuple[str, ...] = ()
+    kind: str = ""
+
+
+# What a task can ask for (Task.kind); README's exercise table counts them.
+KINDS = ("implement", "derive", "diagnose", "predict", "design", "read")
 
 
 class Judged(NamedTuple):
@@ -174,6 +184,8 @@ def register(task: Task) -> Task:
         raise ValueError(f"task id {task.id!r} is registered twice")
     if task.run not in in_kernel.RUNS:
         raise ValueError(f"task {task.id!r}: run must be one of {sorted(in_kernel.RUNS)}; got {task.run!r}")
+    if task.kind not in KINDS:
+        raise ValueError(f"task {task.id!r}: kind must be one of {KINDS}; got {task.kind!r}")
     TASKS[task.id] = task
     return task
 

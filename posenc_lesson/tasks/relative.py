@@ -84,6 +84,7 @@ _INDEX_MISTAKES = [
 
 register(Task(
     id="05_clipped_index",
+    kind="implement",
     title="Shaw's clipped relative index",
     points=2,
     entry="clipped_index",
@@ -184,6 +185,7 @@ _SHAW_MISTAKES = [
 
 register(Task(
     id="05_shaw_scores",
+    kind="implement",
     title="Shaw et al.'s scores with the key table",
     points=3,
     entry="shaw_scores",
@@ -308,6 +310,7 @@ _BUCKET_NAMES = ("relative_position", "bidirectional", "num_buckets", "max_dista
 
 register(Task(
     id="05_t5_bucket",
+    kind="implement",
     title="T5's relative position bucket",
     points=3,
     entry="t5_bucket",
@@ -320,6 +323,7 @@ register(Task(
 
 register(Task(
     id="05_fix_t5_bucket",
+    kind="diagnose",
     title="T5 buckets ported from Mesh TensorFlow (find the bug)",
     points=2,
     entry="t5_bucket_fixed",

@@ -117,6 +117,7 @@ _UNSEEN_MISTAKES = [
 
 register(Task(
     id="05_first_unseen_bucket",
+    kind="derive",
     title="Diagnose: the first distance whose T5 bucket never trained",
     points=3,
     entry="first_unseen_distance",

@@ -124,6 +124,7 @@ def _rope_mistakes(layout: str) -> list[Mistake]:
 for _layout, _points in (("interleaved", 3), ("half", 3)):
     register(Task(
         id=f"06_apply_rope_{_layout}",
+        kind="implement",
         title=f"RoPE, {_layout} layout",
         points=_points,
         entry=f"apply_rope_{_layout}",
@@ -145,6 +146,7 @@ def _rope_matrix(m: int, dh: int, base: float = 10_000.0) -> Tensor:
 
 register(Task(
     id="06_rotation_matrix",
+    kind="implement",
     title="The RoPE rotation matrix R_m",
     points=2,
     entry="rope_matrix",
@@ -193,6 +195,7 @@ def _convert_cases(seed: int = 0) -> list[tuple]:
 
 register(Task(
     id="06_convert_layout",
+    kind="implement",
     title="Converting a projection from the interleaved to the half layout",
     points=2,
     entry="interleaved_to_half",
@@ -223,6 +226,7 @@ register(Task(
 
 register(Task(
     id="06_fix_pairing",
+    kind="diagnose",
     title="RoPE with rotate_half (find the bug)",
     points=2,
     entry="rope_half_fixed",
@@ -383,6 +387,7 @@ _WHICH_PAIR_MISTAKES = [
 
 register(Task(
     id="06_which_pair",
+    kind="diagnose",
     title="Diagnose: which pair's wavelength explains a score pattern",
     points=2,
     entry="which_pair",

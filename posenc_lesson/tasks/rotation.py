@@ -60,6 +60,7 @@ _OFFSET_SIGN_HINT = ("write out sin(a + b) and cos(a + b) with the angle-additio
 
 register(Task(
     id="03_offset_matrix",
+    kind="derive",
     title="The offset matrix M_k",
     points=3,
     entry="offset_matrix",
@@ -92,6 +93,7 @@ def _pe_dot(k: int, d: int, base: float = 10_000.0) -> Tensor:
 
 register(Task(
     id="03_offset_dot",
+    kind="derive",
     title="The dot product PE[pos] . PE[pos + k]",
     points=2,
     entry="pe_dot",
@@ -118,6 +120,7 @@ register(Task(
 
 register(Task(
     id="03_fix_rotation_sign",
+    kind="diagnose",
     title="Shifting an encoding by k (find the bug)",
     points=2,
     entry="shift_encoding",

@@ -128,6 +128,7 @@ def _design_judge(outputs: list, cases: list) -> Judged:
 
 register(Task(
     id="09_design_scaling",
+    kind="design",
     title="Design: a frequency scaling for a target length",
     points=3,
     entry="choose_scaling",

@@ -48,6 +48,7 @@ def _hidden_widths(seed: int) -> list[tuple]:
 
 register(Task(
     id="02_sinusoidal_table",
+    kind="implement",
     title="The sinusoidal table",
     points=3,
     entry="sinusoidal_table",
@@ -65,6 +66,7 @@ def _wavelengths(d: int, base: float = 10_000.0) -> Tensor:
 
 register(Task(
     id="02_wavelengths",
+    kind="derive",
     title="The wavelengths",
     points=2,
     entry="wavelengths",
@@ -94,6 +96,7 @@ register(Task(
 
 register(Task(
     id="02_fix_exponent",
+    kind="diagnose",
     title="The sinusoidal table (find the bug)",
     points=2,
     entry="sinusoidal_table_fixed",
