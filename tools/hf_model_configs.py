@@ -183,7 +183,8 @@ _QWEN2_VL_TEXT = {
 #          "seq_lens": lengths at which to read the rotary module again (dynamic, longrope)}
 FAMILY_CONFIGS = {
     "llama2_7b": {
-        "source": "meta-llama/Llama-2-7b-hf config.json (rope_theta 10000, 4096 positions)",
+        "source": ("meta-llama/Llama-2-7b-hf config.json (4096 positions; it sets no rope_theta, so "
+                   "LlamaConfig's default 10000 applies, written out here)"),
         "config": _llama(rope_theta=10000.0, max_position_embeddings=4096, num_key_value_heads=32),
     },
     "llama3_8b": {

@@ -185,7 +185,8 @@ def _break_ref(bpb: Tensor, bin_size: int, train_length: int, margin: float) -> 
 
 
 def _curve(g: torch.Generator, bins: int, k_train: int, jump_at: int | None, jump: float) -> Tensor:
-    """A loss-by-position curve like the lab's: falls with context, then (maybe) rises past a point."""
+    """A loss-by-position curve shaped like the lab's: falls over the first bins, then flat, then (maybe)
+    rises past a point."""
     k = torch.arange(bins, dtype=torch.float64)
     curve = 2.0 + 2.5 / (1.0 + k) + 0.02 * torch.randn(bins, generator=g, dtype=torch.float64)
     if jump_at is not None:
