@@ -1,8 +1,10 @@
 """Lesson 10's tasks on scoring a language model (exercises/10_language_extrapolation.ipynb): bits per
-byte from logits (with the one-byte shift), the plan of a sliding-window evaluation that scores each
-byte once, where a loss-by-position curve breaks, a window average to fix (a real mistake: the
-Hugging Face perplexity guide averaged each window's mean, transformers issue #34138, fixed by
-PR #34387), and two concept questions.
+byte from logits (with the one-byte shift, the one implement task), a sliding-window plan derived from
+what it must do (each byte scored once, with the most context a window gives it), a prediction of where
+section 6's pi-crossing reading puts RoPE's break for another head width, base and training length
+(judged against the library's frequencies), a window average to fix (a real mistake: the Hugging Face
+perplexity guide averaged each window's mean, transformers issue #34138, fixed by PR #34387), and two
+concept questions.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, another
 seed fresh hidden inputs of the same kind. Nothing here trains a model: grading is tensor arithmetic.
@@ -18,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import rope as _rope
 from ..lab import lm_corpus as _corpus
 from ..lab import lm_probes as _probes
 from .concepts import Misconception, number_judge, question
-from .judges import Mistake, call, draw, randn, seeded, tensor_judge
+from .judges import Mistake, call, draw, pick, randn, seeded, tensor_judge
 from .registry import Task, register
 
 LAB_FORBIDDEN = ("posenc_lesson.lab.lm_corpus.bits_per_byte", "posenc_lesson.lab.lm_corpus.evaluate_bpb",
@@ -129,28 +132,31 @@ _PLAN_MISTAKES = [
     Mistake(lambda n, t, s: _plan(n, t, s, every_all=True),
             "every window scores all its targets: with a stride shorter than the window, the bytes the "
             "windows share are scored several times.",
-            "after the first window, score only the last `stride` targets: first = length - stride.",
+            "which targets of a later window did the window before it already score?",
             id="language.sliding_scores_all"),
     Mistake(lambda n, t, s: _plan(n, t, s, first_all=False),
             "the first window scores only its last `stride` targets too, so the first length - stride "
-            "bytes of the text are never scored.", "the window starting at 0 scores from index 0.",
+            "bytes of the text are never scored.", "no window before the first one scored its targets.",
             id="language.sliding_drops_first_window"),
     Mistake(lambda n, t, s: _plan(n, t, s, last=1),
             "one window too many: a window of `length` inputs needs length + 1 bytes (its targets are "
             "moved one byte on), so the last start is text_length - length - 1.",
-            "range(0, text_length - length, stride).", id="language.sliding_window_past_the_end"),
+            "a window fits when start + length + 1 <= text_length.",
+            id="language.sliding_window_past_the_end"),
     Mistake(lambda n, t, s: _plan(n, t, s, offset=-1),
             "off by one: your later windows score stride + 1 targets, one of them already scored by the "
-            "window before.", "first = length - stride.", id="language.sliding_overlap_one"),
+            "window before.", "write down the last byte the window before scored: byte start + 1 + t sits at "
+            "index t.", id="language.sliding_overlap_one"),
     Mistake(lambda n, t, s: _plan(n, t, s, offset=1),
             "off by one: your later windows score stride - 1 targets, so one byte per window is never "
-            "scored.", "first = length - stride.", id="language.sliding_gap_one"),
+            "scored.", "write down the last byte the window before scored: byte start + 1 + t sits at "
+            "index t.", id="language.sliding_gap_one"),
 ]
 
 register(Task(
     id="10_sliding_plan",
-    kind="implement",
-    title="A sliding window that scores each byte once",
+    kind="derive",
+    title="Derive a sliding-window plan that scores each byte once",
     points=2,
     entry="sliding_plan",
     forbidden=LAB_FORBIDDEN,
@@ -158,91 +164,137 @@ register(Task(
     hidden=_plan_cases,
     run=call,
     judge=tensor_judge(_plan_ref, _PLAN_MISTAKES, ("text_length", "length", "stride"),
-                       "rows (start, first scored index) for start = 0, stride, 2 stride, ... while "
-                       "start + length < text_length; first = 0 for start 0, else length - stride: a (W, 2) "
-                       "integer tensor.", partial=False),
+                       "every window that fits (it needs length + 1 bytes); every predicted byte scored "
+                       "once, by the window that shows it the most context: a (W, 2) integer tensor of "
+                       "rows (start, first scored index).", partial=False),
 ))
 
 
 # --------------------------------------------------------------------------------------
-# 10_break_position: where a loss-by-position curve breaks
+# 10_predict_rope_break: where section 6's pi-crossing reading puts RoPE's break, for another model
 # --------------------------------------------------------------------------------------
 
-def _break(bpb: Tensor, bin_size: int, train_length: int, margin: float, *, base: str = "last",
-           search_from: int | None = None, as_index: bool = False) -> Tensor:
-    k_train = train_length // bin_size
-    trained = bpb[:k_train].double()
-    reference = {"last": trained[-1], "first": trained[0], "mean": trained.mean(), "min": trained.min()}[base]
-    start = k_train if search_from is None else search_from
-    for k in range(start, len(bpb)):
-        if float(bpb[k]) > float(reference) + margin:
-            return torch.tensor(k if as_index else k * bin_size)
-    return torch.tensor(-1)
+def _first_bin_past(offset: float, bin_size: int) -> int:
+    """The first position of the first bin of positions that all lie past ``offset``."""
+    return bin_size * (math.floor(offset / bin_size) + 1)
 
 
-def _break_ref(bpb: Tensor, bin_size: int, train_length: int, margin: float) -> Tensor:
-    return _break(bpb, bin_size, train_length, margin)
+def _pi_break(head_dim: int, base: float, train_length: int, bin_size: int, *, exponent: float = 2.0,
+              turn: float = math.pi, crossing: float = math.pi, largest: int | None = None,
+              slowest: bool = False, binned: str = "past") -> Tensor:
+    """Section 6's reading, with the knobs real mistakes turn: the first pair whose angle training
+    never carried to ``turn`` (largest trained offset L - 1), the offset where it reaches ``crossing``,
+    then the first bin wholly past it."""
+    theta = base ** (-exponent * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
+    trained = theta * (train_length - 1 if largest is None else largest)  # (Dh/2,) the largest angles
+    short = (trained < turn).nonzero()
+    if len(short) == 0:
+        raise ValueError("every pair turned past the angle in training")
+    pair = int(short[-1 if slowest else 0])
+    offset = crossing / float(theta[pair])
+    if binned == "offset":
+        return torch.tensor(offset, dtype=torch.float64)
+    if binned == "ceil":
+        return torch.tensor(float(math.ceil(offset)), dtype=torch.float64)
+    if binned == "containing":
+        return torch.tensor(float(bin_size * math.floor(offset / bin_size)), dtype=torch.float64)
+    return torch.tensor(float(_first_bin_past(offset, bin_size)), dtype=torch.float64)
 
 
-def _curve(g: torch.Generator, bins: int, k_train: int, jump_at: int | None, jump: float) -> Tensor:
-    """A loss-by-position curve shaped like the lab's: falls over the first bins, then flat, then (maybe)
-    rises past a point."""
-    k = torch.arange(bins, dtype=torch.float64)
-    curve = 2.0 + 2.5 / (1.0 + k) + 0.02 * torch.randn(bins, generator=g, dtype=torch.float64)
-    if jump_at is not None:
-        curve[jump_at:] += jump * (1 + 0.3 * (k[jump_at:] - jump_at))
-    return curve.float()
+def _pi_break_ref(head_dim: int, base: float, train_length: int, bin_size: int) -> Tensor:
+    """From the library's frequencies: the first pair that offsets 0 .. L - 1 never turn to pi, the offset
+    n = pi / theta_i where it gets there, the first bin of positions all past n."""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)  # (Dh/2,) base^(-2i/Dh)
+    pair = int((theta * (train_length - 1) < math.pi).nonzero()[0])
+    return torch.tensor(float(_first_bin_past(math.pi / float(theta[pair]), bin_size)), dtype=torch.float64)
 
 
-def _break_cases(seed: int = 0) -> list[tuple]:
-    """(bpb (K,), bin_size, train_length, margin): train_length a multiple of bin_size, K > train_length /
-    bin_size; some curves break past L, some never do."""
-    g = seeded(1020 + seed)
+def _pi_case_ok(head_dim: int, base: float, train_length: int, bin_size: int) -> bool:
+    """A case the grader can judge exactly: a pair stays short of pi; no angle within rounding of pi; the
+    crossing well inside its bin; the answer small enough that the judge's rtol cannot hide a bin."""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
+    trained = theta * (train_length - 1)
+    if not (trained < math.pi).any() or ((trained - math.pi).abs() < 1e-6 * math.pi).any():
+        return False
+    offset = math.pi / float(theta[int((trained < math.pi).nonzero()[0])])
+    to_edge = min(offset % bin_size, bin_size - offset % bin_size)
+    return offset < 16_384 and to_edge > 0.1 + 2e-4 * offset and bin_size >= 4
+
+
+def _pi_cases(seed: int = 0) -> list[tuple]:
+    """(head_dim, base, train_length, bin_size): the lesson's model and its Going further's L = 128 first;
+    hidden, real head widths and bases, bins of at most L / 2, L drawn so that a chosen pair is the first
+    short of pi (the last case with L - 1 just short of that pair's crossing, where L - 1 and L disagree)."""
     if seed == 0:
-        specs = [(32, 16, 64, 9, 0.5, 0.25), (16, 8, 32, None, 0.0, 0.25), (32, 16, 64, 4, 1.0, 0.3),
-                 (24, 4, 32, 15, 0.4, 0.1)]
-    else:
-        specs = []
-        for k in range(4):
-            bin_size = 2 ** draw(g, 1, 4)
-            k_train = draw(g, 2, 6)
-            bins = k_train * draw(g, 2, 8)
-            jump_at = None if k == 3 else draw(g, k_train, (k_train + bins) // 2)  # the last never breaks
-            specs.append((bins, bin_size, k_train * bin_size, jump_at, 0.4 + 0.1 * draw(g, 0, 6), 0.25))
-    return [(_curve(g, bins, train // size, jump_at, jump), size, train, margin)
-            for bins, size, train, jump_at, jump, margin in specs]
+        return [(16, 10_000.0, 64, 16), (16, 10_000.0, 128, 16), (64, 10_000.0, 512, 64),
+                (128, 500_000.0, 2048, 128), (16, 10_000.0, 100, 4)]
+    g = seeded(1020 + seed)
+    cases: list[tuple] = []
+    while len(cases) < 5:
+        head_dim, base = pick(g, (8, 16, 32, 64, 128)), pick(g, (10_000.0, 100_000.0, 500_000.0, 1_000_000.0))
+        bin_size = pick(g, (4, 8, 16, 32, 64))
+        theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64).tolist()
+        pair = draw(g, 1, len(theta) - 1)
+        low, high = math.ceil(math.pi / theta[pair - 1]), math.floor(math.pi / theta[pair])  # L - 1 range
+        if high < max(low, 2 * bin_size - 1):
+            continue
+        largest = high if len(cases) == 4 else draw(g, max(low, 2 * bin_size - 1), high)  # L - 1
+        case = (head_dim, base, largest + 1, bin_size)  # the last: L - 1 just short of the crossing
+        if _pi_case_ok(*case):
+            cases.append(case)
+    return cases
 
 
-_BREAK_MISTAKES = [
-    Mistake(lambda *c: _break(*c, base="first"),
-            "you compare with the first bin, where the model has the least context: the reference for "
-            "'broken' is the model at its trained level, the last trained bin.",
-            "the reference is the last bin inside the training window, bin train_length // bin_size - 1.",
-            id="language.break_from_first_bin"),
-    Mistake(lambda *c: _break(*c, base="mean"),
-            "you compare with the mean over the trained bins, which the first, context-poor bins move.",
-            "the reference is the last trained bin alone.", id="language.break_from_mean"),
-    Mistake(lambda *c: _break(*c, as_index=True),
-            "you returned the bin's index, not its first position.",
-            "return k * bin_size for bin k (and -1 if no bin breaks).", id="language.break_bin_index"),
-    Mistake(lambda *c: _break(*c, search_from=0),
-            "you searched the trained bins too: a break is looked for past the training length only.",
-            "start at bin train_length // bin_size.", id="language.break_searched_trained"),
+_PI_MISTAKES = [
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, exponent=1.0),
+            "your frequencies fall too slowly: theta_i = base^(-i/Dh) leaves out the 2 of RoPE's exponent, "
+            "so you picked the wrong pair.", "theta_i = base^(-2i/Dh) for the pairs i = 0 .. Dh/2 - 1.",
+            id="language.pi_exponent_factor_2"),
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, turn=2 * math.pi, crossing=2 * math.pi),
+            "you waited for a full turn, 2 pi: the reading is about the first angle past pi that training "
+            "never showed, where cos(n theta) turns back up.",
+            "find the first pair whose largest trained angle is below pi, and where it reaches pi.",
+            id="language.pi_full_turn"),
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, turn=2 * math.pi),
+            "you took the first pair that did not turn a full circle in training, but training already "
+            "carried that pair past pi: its crossing is no new angle.",
+            "the pair to watch is the first whose largest trained angle stays below pi.",
+            id="language.pi_crossed_in_training"),
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, slowest=True),
+            "you took the slowest pair; the first pair to reach pi at an untrained offset is the fastest "
+            "one that training left short of it.", "scan the pairs from i = 0, the fastest.",
+            id="language.pi_slowest_pair"),
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, largest=n),
+            "off by one: a window of L tokens holds offsets 0 .. L - 1, so training turned pair i by at "
+            "most (L - 1) theta_i, not L theta_i.", "compare (train_length - 1) * theta_i with pi.",
+            id="language.pi_trained_to_l"),
+    *(Mistake(lambda d, b, n, s, how=how: _pi_break(d, b, n, s, binned=how),
+              "you returned the offset where the pair reaches pi; the question asks for the first bin of "
+              "the curve whose positions all lie past it.",
+              "a bin is read by its first position, k * bin_size.",
+              id="language.pi_offset_not_bin") for how in ("offset", "ceil")),
+    Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, binned="containing"),
+            "you returned the bin that contains the crossing: its first positions still lie before it.",
+            "the bin whose every position lies past the crossing starts one bin later.",
+            id="language.pi_bin_containing"),
 ]
 
 register(Task(
-    id="10_break_position",
-    kind="implement",
-    title="Diagnose: where a loss-by-position curve breaks",
+    id="10_predict_rope_break",
+    kind="predict",
+    title="Predict: where the pi-crossing reading puts RoPE's break, for another model",
     points=2,
-    entry="break_position",
-    forbidden=LAB_FORBIDDEN,
-    cases=_break_cases,
-    hidden=_break_cases,
+    entry="predicted_rope_break",
+    forbidden=("posenc_lesson.rope_frequencies", "posenc_lesson.rope._theta",
+               "posenc_lesson.tasks.language._pi_break_ref"),
+    cases=_pi_cases,
+    hidden=_pi_cases,
     run=call,
-    judge=tensor_judge(_break_ref, _BREAK_MISTAKES, ("bpb", "bin_size", "train_length", "margin"),
-                       "the first position k * bin_size, k >= train_length // bin_size, with bpb[k] > "
-                       "bpb[train_length // bin_size - 1] + margin; -1 if none.", partial=False),
+    judge=tensor_judge(_pi_break_ref, _PI_MISTAKES, ("head_dim", "base", "train_length", "bin_size"),
+                       "training turns pair i by at most (train_length - 1) theta_i; find the first pair "
+                       "that falls short of pi, the offset where it reaches pi, the first bin wholly past "
+                       "it.",
+                       partial=True),
 ))
 
 
