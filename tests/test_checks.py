@@ -122,9 +122,8 @@ MUTANTS = [
     ("01_attention", "math.sqrt(q.shape[-1])", "q.shape[-1]", "divided by Dh instead of sqrt(Dh)"),
     ("01_attention", " / math.sqrt(q.shape[-1])", "", "not scaled at all"),
     ("01_attention", "return weights @ v", "return weights", "weights, not the output"),
-    ("01_permutation_check", "layer(x)[perm]", "layer(x)[torch.argsort(perm)]", "not permuted the same way"),
-    ("01_permutation_check", "layer(x)[perm]", "layer(x)", "not permuted the same way"),
-    ("01_permutation_check", "atol=1e-5)", "atol=0.0, rtol=0.0)", "A test with == flags it too"),
+    ("01_permutation_check", "f(x)[perm]", "f(x)[torch.argsort(perm)]", "not permuted the same way"),
+    ("01_permutation_check", "f(x)[perm]", "f(x)", "not permuted the same way"),
     ("02_sinusoidal_table", "10000 ** (two_i / d_model)", "10000 ** (two_i / 2 / d_model)",
      "off by a factor of 2"),
     ("02_sinusoidal_table", "two_i / d_model)", "2 * two_i / d_model)", "twice too large"),
@@ -159,15 +158,11 @@ MUTANTS = [
     ("06_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
      "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
     ("06_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
-    ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1.T if position >= 0 else r1", "wrong way"),
-    ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1", "|m| steps forward"),
-    ("06_rotation_matrix", "r = torch.eye(r1.shape[0], dtype=torch.float64)", "r = r1.clone()",
-     "one step too many"),
-    ("06_rotation_matrix", "r = step @ r", "r = r + (step - torch.eye(r1.shape[0], dtype=torch.float64))",
-     "I + m (R_1 - I)"),
-    ("06_convert_layout", "per_head[:, order]", "per_head[:, torch.argsort(order)]", "once more"),
-    ("06_convert_layout", "(torch.arange(half), torch.arange(half) + half)",
-     "(torch.arange(half) + half, torch.arange(half))", "wrong order"),
+    ("06_rotation_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
+    ("06_rotation_matrix", "= c, -s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = s, c",
+     "= c, s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = -s, c", "R_m transposed"),
+    ("06_rotation_matrix", "/ head_dim)", "/ head_dim / 2)", "off by a factor of 2"),
+    ("06_convert_layout", "per_head[:, perm]", "per_head[:, torch.argsort(perm)]", "the other way"),
     ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
      "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
     ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
@@ -178,15 +173,16 @@ MUTANTS = [
     ("07_alibi_slopes", "[0::2]", "[1::2]", "starting at the second"),
     ("07_alibi_slopes", "return torch.tensor(slopes)", "return torch.tensor(sorted(slopes, reverse=True))",
      "sorted"),
-    ("07_chunk_bias", "torch.arange(num_keys - num_queries, num_keys)", "torch.arange(num_queries)",
-     "as if the sequence started with them"),
-    ("07_chunk_bias", "torch.arange(num_keys - num_queries, num_keys)",
-     "torch.arange(num_keys - num_queries - 1, num_keys - 1)", "one position too early"),
-    ("07_chunk_bias", "return -alibi_slopes", "return alibi_slopes", "the sign is flipped"),
-    ("07_port_bug", 'return "scaled" if factor < 1 else "slopes"', 'return "slopes" if factor < 1 else "scaled"',
-     "which way the factor goes"),
-    ("07_port_bug", 'weights.triu(1).abs().max() > 0', 'False', "you passed a broken port"),
-    ("07_port_bug", 'if factor < 0:', 'if factor < -2:', "only a flipped sign favours the oldest key"),
+    ("07_alibi_bias", "return -alibi_slopes", "return alibi_slopes", "sign is flipped"),
+    ("07_alibi_bias", ".abs()", "", "without the absolute value"),
+    ("07_alibi_attention", "scores + alibi_bias", "scores - alibi_bias", "wrong sign"),
+    ("07_alibi_attention", 'scores = scores.masked_fill(future, float("-inf"))', "", "no causal mask"),
+    ("07_alibi_attention", "scores = scores + alibi_bias(num_heads, seq_len)", "", "bias is missing"),
+    ("07_alibi_attention",
+     "scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)\n"
+     "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
+     "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
+     "before scaling"),
     ("08_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
      "wrong sign"),
     ("08_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
@@ -280,13 +276,12 @@ CHEATS = {
     "05_first_unseen_bucket": ("from posenc_lesson.tasks.relative_questions import _unseen_ref\n"
                                "def first_unseen_distance(train_len, num_buckets, max_distance, bi):\n"
                                "    return _unseen_ref(train_len, num_buckets, max_distance, bi)"),
-    "05_cache_rows": ("def rows_read(q_len, k_len, max_distance):\n"
-                      "    idx = posenc_lesson.shaw_relative_index(\n"
-                      "        q_len, k_len, max_distance=max_distance, q_offset=k_len - q_len)\n"
-                      "    return torch.bincount(idx[idx <= max_distance], minlength=2 * max_distance + 1)"),
-    "05_shaw_bug": ("def shaw_bug(q, k, key_table, max_distance, scores):\n"
-                    "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
-                    "    return 'not_scaled'"),
+    "05_clipped_index": ("def clipped_index(q_len, k_len, max_distance, q_offset):\n"
+                         "    return posenc_lesson.shaw_relative_index(\n"
+                         "        q_len, k_len, max_distance=max_distance, q_offset=q_offset)"),
+    "05_shaw_scores": ("def shaw_scores(q, k, key_table, max_distance):\n"
+                       "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
+                       "    return q @ k.transpose(-2, -1)"),
     "05_t5_bucket": ("def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):\n"
                      "    return posenc_lesson.t5_relative_position_bucket(relative_position, "
                      "bidirectional=bidirectional,\n"
@@ -302,26 +297,19 @@ CHEATS = {
                                   "    return apply_rope(x, positions)"),
     "06_apply_rope_half": ("def apply_rope_half(x, positions):\n"
                            "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
-    "06_rotation_matrix": ("def rope_matrix(position, r):\n"
-                           "    turn, dh = (1 if r[1, 0] > 0 else -1), r.shape[0]\n"
-                           "    base = float(torch.atan2(turn * r[3, 2], r[2, 2])) ** (-dh / 2)\n"
-                           "    return posenc_lesson.rope_rotation_matrix(turn * position, dh, base)"),
-    "06_convert_layout": ("def half_to_interleaved(weight, num_heads):\n"
-                          "    return posenc_lesson.convert_rope_weight(weight, num_heads, src='half', "
-                          "dst='interleaved')"),
+    "06_rotation_matrix": ("def rope_matrix(position, head_dim):\n"
+                           "    return posenc_lesson.sinusoidal_offset_matrix(-position, head_dim)"),
+    "06_convert_layout": ("def interleaved_to_half(weight, num_heads):\n"
+                          "    return posenc_lesson.convert_rope_weight(weight, num_heads)"),
     "06_fix_pairing": ("def rope_half_fixed(x, positions):\n"
                        "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
     "07_alibi_slopes": ("def get_slopes(num_heads):\n"
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
     "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
-    "07_chunk_bias": ("from posenc_lesson.tasks.alibi import _chunk_bias\n"
-                      "def chunk_bias(num_heads, num_queries, num_keys):\n"
-                      "    return _chunk_bias(num_heads, num_queries, num_keys)"),
+    "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
     "01_permutation_check": ("from posenc_lesson.tasks.permutation import _equivariant\n"
-                             "def first_order_leak(x, *layers):\n"
-                             "    perm = torch.arange(x.shape[0]).flip(0)\n"
-                             "    return next(n for n, f in enumerate(layers)\n"
-                             "                if not _equivariant(f, x, perm))"),
+                             "def is_permutation_equivariant(f, x, perm):\n"
+                             "    return _equivariant(f, x, perm)"),
     "03_offset_dot": ("def pe_dot(k, d_model):\n"
                       "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
                       "    return pe[0] @ pe[abs(k)]"),
@@ -336,9 +324,9 @@ CHEATS = {
                          "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
                          "('none', 'sinusoidal', 'learned', 'rope', 'alibi')} | "
                          "{'none, 2 layers': _order_sensitive('none', 2)}"),
-    "07_port_bug": ("from posenc_lesson.tasks.alibi import _port_truth\n"
-                    "def port_bug(weights, head_dim):\n"
-                    "    return _port_truth(weights, head_dim)"),
+    "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
+                           "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
+                           "causal=True)[0]"),
     "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
                          "def copy_accuracy_by_position(tokens, logits):\n"
                          "    return lab(tokens, logits)"),
@@ -351,12 +339,12 @@ CHEATS = {
     "09_yarn_frequencies": ("from posenc_lesson.rope_scaling import _yarn\n"
                             "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
                             "    return _yarn(head_dim, base, factor, original_max_len, 32.0, 1.0)[0]"),
-    "09_diagnose_yarn_port": ("from posenc_lesson.tasks.scaling_design import _port_bug\n"
-                              "def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):\n"
-                              "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
+    "09_yarn_scores": ("def yarn_scores(q, k, theta, attention_scale):\n"
+                       "    kw = dict(frequencies=theta, attention_scale=attention_scale)\n"
+                       "    return posenc_lesson.apply_rope(q, **kw) @ posenc_lesson.apply_rope(k, **kw).mT"),
     "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
                               "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
-    "06_which_pair": ("from posenc_lesson.tasks.rope_questions import _which_pair_ref\n"
+    "06_which_pair": ("from posenc_lesson.tasks.rope import _which_pair_ref\n"
                       "def which_pair(scores, head_dim, base):\n"
                       "    return int(_which_pair_ref(scores, head_dim, base))"),
     "07_slope_recipe": ("from posenc_lesson.tasks.alibi import _recipe_truth\n"
@@ -439,9 +427,9 @@ def test_answer_calling_the_library_scores_zero(task_id):
 
 
 def test_allowed_library_helpers_do_not_count_as_cheating():
-    source = _reference_source("07_chunk_bias")
+    source = _reference_source("07_alibi_bias")
     assert "alibi_slopes(" in source  # the task allows the library's slopes
-    points, max_points, _ = _grade("07_chunk_bias", _entry("07_chunk_bias", source))
+    points, max_points, _ = _grade("07_alibi_bias", _entry("07_alibi_bias", source))
     assert points == max_points
 
 
