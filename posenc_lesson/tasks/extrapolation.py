@@ -1,37 +1,26 @@
-"""Lesson 08's tasks on the position schemes (exercises/08_length_extrapolation.ipynb): the lab's
-position-scheme switch, and measuring which TinyDecoder notices a swap of two tokens (and
-predicting it first), and the lesson's concept question. The lab's own measurement, accuracy at
-each copied position, is in ``copy_accuracy.py``.
+"""Lesson 08's tasks on the position schemes (exercises/08_length_extrapolation.ipynb): diagnose a
+colleague's position-scheme switch from what it returned, predict which untrained TinyDecoder notices a
+swap of two tokens, and review colleagues' reports of that measurement (find each one's flaw, measure it
+right). The lab's own measurement, the dip diagnosis and the concept questions are in ``copy_accuracy.py``.
 
-Hidden cases (``Task.hidden``, any seed but 0): the switch on every scheme with fresh shapes, a
-table too short and a name that is not a scheme; eight of the fifteen (scheme, 1 to 3 layers)
-models for the measurement. The prediction has no input and cannot vary. The statement lets
-these answers use the library, but not the grader's references.
-"""
+Hidden cases (any seed but 0): three right switches (any valid convention) and five buggy ones, fresh
+shapes; one sound report and four drawn flaws on fresh models, tokens and swaps. The prediction cannot
+vary. The answers may use the library, but not the grader's references."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import alibi as _alibi
-from ..lab.analysis import range_excess
 from ..lab.model import TinyDecoder
-from ..relative import t5_relative_position_bucket
-from ..rope import apply_rope
-from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     ONE_THREAD,
-    TABLE_MISTAKES,
     Judged,
-    as_float_tensor,
     call,
-    close,
     diagnoses,
     draw,
     feedback,
@@ -44,218 +33,197 @@ from .judges import (
 )
 from .registry import Task, is_marker, register
 
+# --------------------------------------------------------------------------------------
+# 08_diagnose_switch: a colleague's scheme switch gave (x_in, bias); name its bug, or "ok"
+# --------------------------------------------------------------------------------------
+# A case: (scheme, x (B, T, D), table (max_len, D), num_heads, x_in, bias); truth read off it (_switch_cause).
 
-def _terms_cases(seed: int = 0) -> list[tuple]:
-    """(scheme, x (B, T, D), num_heads, table (max_len, D)); seed 0: the visible cases. Any other
-    seed: each of the five schemes on fresh shapes, a learned table too short for T, and a name
-    that is not a scheme, in a random order."""
-    g = seeded(111 if seed == 0 else seed)
+SWITCH_CAUSES = ("ok", "table_missing", "table_extra", "rows_shifted", "rows_past_table", "bias_sign",
+                 "bias_missing", "bias_extra")
+_SWITCH_DRAWS = {  # cause -> the (scheme, how it is written) the generator may draw for it
+    "ok": (("sinusoidal", "interleaved"), ("sinusoidal", "concatenated"), ("learned", ""),
+           ("alibi", "paper"), ("alibi", "bloom"), ("rope", ""), ("none", "")),
+    "table_missing": (("sinusoidal", ""), ("learned", "")), "table_extra": (("rope", ""), ("none", ""),
+                                                                           ("alibi", "")),
+    "rows_shifted": (("learned", ""),), "rows_past_table": (("learned", ""),), "bias_sign": (("alibi", ""),),
+    "bias_missing": (("alibi", ""),),
+    "bias_extra": (("rope", ""), ("none", ""), ("sinusoidal", ""), ("learned", "")),
+}
+_SWITCH_VISIBLE = [("ok", "sinusoidal", "concatenated"), ("rows_past_table", "learned", ""),
+                   ("bias_sign", "alibi", ""), ("ok", "alibi", "bloom"), ("table_extra", "rope", ""),
+                   ("ok", "rope", ""), ("rows_shifted", "learned", ""), ("bias_missing", "alibi", "")]
+
+
+def _switch_case(g: torch.Generator, cause: str, scheme: str, how: str) -> tuple:
+    t, d, heads = draw(g, 4, 12), 2 * draw(g, 2, 8), draw(g, 1, 4)
+    rows = (draw(g, 2, t - 1) if cause == "rows_past_table" else
+            draw(g, t + 1, 16) if cause == "rows_shifted" else draw(g, t, 16))
+    x, table = randn(g, draw(g, 1, 2), t, d), randn(g, rows, d)  # (B, T, D), (max_len, D)
+    pe = pe_table(t, d)  # (T, D)
+    slopes = _alibi.alibi_slopes(heads)[:, None, None]  # (H, 1, 1)
+    bias = _alibi.alibi_bias(heads, t) if scheme == "alibi" else None  # (H, T, T)
+    x_in = x + interleaved_to_concat(pe) if how == "concatenated" else x + pe if scheme == "sinusoidal" else x
+    if how == "bloom":  # +m_h j: the paper's -m_h (i - j) plus m_h i, one constant per query row
+        bias = (slopes * torch.arange(t)).expand(heads, t, t).clone()  # (H, T, T)
+    if scheme == "learned":  # the right rows, shifted by one, or clamped to the table's last row
+        x_in = x + table[torch.arange(t).add(cause == "rows_shifted").clamp(max=rows - 1)]
+    if cause in ("table_missing", "table_extra"):
+        x_in = x if cause == "table_missing" else x + pe
+    if cause in ("bias_sign", "bias_missing", "bias_extra"):
+        bias = (-bias if cause == "bias_sign" else None if cause == "bias_missing"
+                else _alibi.alibi_bias(heads, t))
+    return scheme, x, table, heads, x_in, bias
+
+
+def _switch_cases(seed: int = 0) -> list[tuple]:
+    """Seed 0: the visible eight. Any other seed: three right switches and five bugs, in a random order."""
+    g = seeded(1080 + seed)
     if seed == 0:
-        x, table = randn(g, 2, 6, 8), randn(g, 10, 8)
-        return [("none", x, 4, table), ("sinusoidal", x, 4, table), ("learned", x, 4, table),
-                ("rope", x, 4, table), ("alibi", x, 4, table),
-                ("alibi", randn(g, 1, 5, 12), 6, randn(g, 10, 12)),
-                ("learned", randn(g, 1, 12, 8), 4, table), ("relative", x, 4, table)]
-    cases = []
-    for scheme in ("none", "sinusoidal", "learned", "rope", "alibi", "learned",
-                   pick(g, ("relative", "xpos", "absolute", "sin"))):
-        t, d = draw(g, 3, 12), 2 * draw(g, 1, 8)
-        rows = draw(g, 2, t - 1) if len(cases) == 5 else draw(g, t, 16)  # the second learned: too short
-        cases.append((scheme, randn(g, draw(g, 1, 3), t, d), draw(g, 1, 8), randn(g, rows, d)))
-    return [cases[i] for i in torch.randperm(len(cases), generator=g).tolist()]
+        return [_switch_case(g, *spec) for spec in _SWITCH_VISIBLE]
+    oks = torch.randperm(len(_SWITCH_DRAWS["ok"]), generator=g)[:3].tolist()
+    bugs = [SWITCH_CAUSES[1:][i] for i in torch.randperm(7, generator=g)[:5].tolist()]
+    specs = [("ok", *_SWITCH_DRAWS["ok"][i]) for i in oks] + [(c, *pick(g, _SWITCH_DRAWS[c])) for c in bugs]
+    return [_switch_case(g, *specs[i]) for i in torch.randperm(len(specs), generator=g).tolist()]
 
 
-def _terms_reference(scheme: str, x: Tensor, num_heads: int, table: Tensor) -> tuple[Tensor, Tensor | None]:
-    t, d = x.shape[1], x.shape[2]
-    if scheme == "sinusoidal":
-        return x.double() + pe_table(t, d).double(), None
-    if scheme == "learned":
-        return x.double() + table.double()[:t], None
-    if scheme == "alibi":
-        return x.double(), _alibi.alibi_bias(num_heads, t).double()
-    return x.double(), None  # "none" and "rope": nothing added, no bias
+def _same(a: Tensor | None, b: Tensor) -> bool:
+    return a is not None and tuple(a.shape) == tuple(b.shape) and bool(torch.allclose(a, b, atol=1e-5))
 
 
-def _terms_problem(out: Any, case: tuple) -> tuple[str, str] | None:
-    """(id, what is wrong) with one case's output, or None if it is right."""
-    scheme, x, num_heads, table = case
-    t, d = x.shape[1], x.shape[2]
-    raises = scheme not in ("none", "sinusoidal", "learned", "rope", "alibi") or (
-        scheme == "learned" and t > table.shape[0])
-    if raises:
-        error = out.get("error", "") if isinstance(out, dict) else ""
-        why = (f"T={t} is longer than the table's {table.shape[0]} rows" if scheme == "learned"
-               else f"{scheme!r} is not a scheme")
-        if error.startswith("ValueError"):
-            return None
-        if error:
-            return ("extrapolation.terms_wrong_error",
-                    f"for scheme={scheme!r} ({why}) your code raised {error}; raise a ValueError.")
-        return ("extrapolation.terms_not_refused",
-                f"for scheme={scheme!r} ({why}) your code returned a result; raise a ValueError.")
+def _causal_rows(bias: Tensor) -> Tensor:
+    """The bias as softmax sees it under the causal mask: each query row less its key-0 entry, j <= i."""
+    return torch.tril(bias - bias[..., :1])  # (H, T, T)
+
+
+def _switch_cause(scheme: str, x: Tensor, table: Tensor, num_heads: int, x_in: Tensor,
+                  bias: Tensor | None) -> str:
+    """Which of SWITCH_CAUSES a switch's output shows, read with the library."""
+    t = x.shape[1]
+    added = (x_in - x).double()  # (B, T, D): what the switch added to the embeddings
+    if scheme in ("sinusoidal", "learned"):
+        if _same(added, torch.zeros_like(added)):
+            return "table_missing"
+        if scheme == "learned" and t > table.shape[0]:
+            return "rows_past_table"
+        if scheme == "learned" and t < table.shape[0] and _same(added[0], table[1:t + 1].double()):
+            return "rows_shifted"
+    elif not _same(added, torch.zeros_like(added)):
+        return "table_extra"
+    if scheme != "alibi":
+        return "ok" if bias is None else "bias_extra"
+    if bias is None:
+        return "bias_missing"
+    right = _causal_rows(_alibi.alibi_bias(num_heads, t).double())  # (H, T, T)
+    return "ok" if _same(_causal_rows(bias.double()), right) else "bias_sign"
+
+
+_FALSE_ALARMS = {  # (scheme, written that way) -> the misconception behind calling a right switch buggy
+    "concatenated": ("extrapolation.switch_layout_called_bug", "you named a bug in a switch that is right: "
+                     "its table is the sinusoidal one with all sines first, then all cosines. That layout "
+                     "is a valid convention (tensor2tensor, fairseq); a model trained from scratch learns "
+                     "with either.", "compare x_in - x with both layouts of the table."),
+    "bloom": ("extrapolation.switch_bloom_form_called_bug", "you named a bug in an ALiBi bias that is right: "
+              "written +m_h j, as BLOOM does, it differs from -m_h |i - j| by m_h i, one constant per query "
+              "row, which softmax ignores (the causal mask removes j > i).",
+              "compare each row's differences along j, on the keys j <= i."),
+    "rope": ("extrapolation.switch_rope_needs_a_table", "you expected RoPE to add something to the "
+             "embeddings; it turns queries and keys inside attention, so at this switch x passes through.",
+             "lesson 08's table, section 2: where each scheme enters."),
+    "other": ("extrapolation.switch_false_alarm", "you named a bug in a switch that is right.",
+              "check each scheme against where it enters: the input, the scores, or neither."),
+}
+_MISSED = {
+    "rows_past_table": ("extrapolation.switch_rows_past_table_missed", "you called a learned switch right "
+                        "although T is longer than its table: it must refuse (a ValueError), and this one "
+                        "returned rows anyway.", "compare T with the table's max_len before its values."),
+    "bias_sign": ("extrapolation.switch_bias_sign_missed", "you called an ALiBi bias right whose slopes "
+                  "point the wrong way: it rewards distant keys.", "along a row, should the bias rise or "
+                  "fall as the key moves away from the query?"),
+}
+
+
+def _switch_said(out: Any, case: tuple) -> tuple[str, str, str] | None:
+    """(id, what is wrong, hint) for one case's answer, or None if it is right."""
     if is_marker(out, "error"):
-        return "generic.error", f"for scheme={scheme!r} your code raised {out['error']}."
-    if not (isinstance(out, list) and len(out) == 2):
-        return "generic.wrong_type", (f"for scheme={scheme!r} return a pair (x_in, bias); "
-                                      f"got {type_text(out)}.")
-    x_ref, bias_ref = _terms_reference(*case)
-    x_in, bias = as_float_tensor(out[0]), out[1]
-    if not close(x_in, x_ref):
-        if scheme in ("none", "rope", "alibi") and x_in is not None and x_in.shape == x_ref.shape:
-            extra = (" RoPE acts inside attention, turning queries and keys." if scheme == "rope" else
-                     " ALiBi acts on the attention scores only." if scheme == "alibi" else
-                     " NoPE gives the model no position signal at all.")
-            return ("extrapolation.terms_not_passed_through",
-                    f"for scheme={scheme!r} the embeddings must pass through unchanged.{extra}")
-        concat = x.double() + interleaved_to_concat(pe_table(t, d)).double()
-        if scheme == "sinusoidal" and close(x_in, concat):
-            return TABLE_MISTAKES[2].id, f"for scheme='sinusoidal': {TABLE_MISTAKES[2].diagnosis}"
-        if scheme == "learned" and close(x_in, x.double() + table.double()[1:t + 1]):
-            return ("extrapolation.terms_learned_off_by_one",
-                    "for scheme='learned' the rows are off by one: token 0 gets row 0 of the table.")
-        if x_in is not None and x_in.shape != x_ref.shape:
-            return "generic.wrong_shape", (f"for scheme={scheme!r} x_in should have x's shape "
-                                           f"{tuple(x_ref.shape)}; got {tuple(x_in.shape)}.")
-        return "generic.wrong_unknown", f"for scheme={scheme!r} x_in has the wrong values."
-    if bias_ref is None:
-        if bias is not None:
-            return ("extrapolation.terms_extra_bias",
-                    f"for scheme={scheme!r} there is no bias: return None as the second item.")
+        return "generic.error", f"your code raised {out['error']}.", "return one of the causes, a string."
+    if out not in SWITCH_CAUSES:
+        return ("generic.wrong_type", f"expected one of {SWITCH_CAUSES} as a string; got {type_text(out)}.",
+                "return the cause's name, e.g. \"ok\".")
+    truth = _switch_cause(*case)
+    if out == truth:
         return None
-    got = as_float_tensor(bias)
-    if got is None:
-        return ("extrapolation.terms_bias_missing",
-                f"for scheme={scheme!r} the bias is missing: ALiBi adds -m_h |i - j| to the scores.")
-    if close(got, -bias_ref):
-        return ("extrapolation.terms_bias_sign_flipped",
-                "for scheme='alibi' the bias has the wrong sign: it must penalise distance.")
-    if tuple(got.shape) != tuple(bias_ref.shape):
-        return "generic.wrong_shape", (f"for scheme='alibi' the bias should have shape (num_heads, T, T) = "
-                                       f"{tuple(bias_ref.shape)}; got {tuple(got.shape)}.")
-    if not close(got, bias_ref):
-        return ("generic.wrong_unknown",
-                "for scheme='alibi' the bias has the wrong values: -m_h |i - j| with the paper's slopes.")
-    return None
+    scheme, x, _, _, x_in, bias = case
+    if truth == "ok":
+        how = ("concatenated" if scheme == "sinusoidal" and not _same((x_in - x)[0], pe_table(*x.shape[1:]))
+               else "bloom" if scheme == "alibi" and not _same(bias, _alibi.alibi_bias(*bias.shape[:2]))
+               else "rope" if scheme == "rope" else "other")
+        return _FALSE_ALARMS[how]
+    if out == "ok":
+        return _MISSED.get(truth, ("extrapolation.switch_bug_missed", f"you called a {scheme!r} switch "
+                                   "right that has a bug.", "check what it adds to x, and its bias, "
+                                   "against where this scheme enters."))
+    return ("extrapolation.switch_wrong_cause", f"the {scheme!r} switch has a bug, but not the one you "
+            "named.", "compare x_in - x with the table rows it should add, and the bias with -m_h |i - j|.")
 
 
-@diagnoses("extrapolation.terms_wrong_error", "extrapolation.terms_not_refused",
-           "extrapolation.terms_not_passed_through", TABLE_MISTAKES[2].id,
-           "extrapolation.terms_learned_off_by_one", "extrapolation.terms_extra_bias",
-           "extrapolation.terms_bias_missing", "extrapolation.terms_bias_sign_flipped")
-def _judge_terms(outputs: list, cases: list) -> Judged:
-    problems = [_terms_problem(out, case) for out, case in zip(outputs, cases, strict=True)]
-    per_case = [p[0] if p else None for p in problems]
-    wrong = [p for p in problems if p]
+@diagnoses(*dict.fromkeys([m[0] for m in (*_FALSE_ALARMS.values(), *_MISSED.values())]
+                          + ["extrapolation.switch_bug_missed", "extrapolation.switch_wrong_cause"]))
+def _judge_switch(outputs: list, cases: list) -> Judged:
+    said = [_switch_said(out, case) for out, case in zip(outputs, cases, strict=True)]
+    per_case = [s[0] if s else None for s in said]
+    wrong = [s for s in said if s]
     if not wrong:
-        return Judged(1.0, f"passed: all {len(cases)} cases match the library's TinyDecoder.", None, per_case)
-    return Judged(1 - len(wrong) / len(cases), feedback(
-        wrong[0][1] + (f" ({len(wrong) - 1} more case(s) wrong.)" if len(wrong) > 1 else ""),
-        "only 'sinusoidal' and 'learned' add to the embeddings, only 'alibi' returns a bias; "
-        "anything else, or a learned table too short for T, is a ValueError."), wrong[0][0], per_case)
+        return Judged(1.0, f"passed: all {len(cases)} switches diagnosed right.", None, per_case)
+    more = f" ({len(wrong) - 1} more case(s) wrong.)" if len(wrong) > 1 else ""
+    return Judged(per_case.count(None) / len(cases), feedback(wrong[0][1] + more, wrong[0][2]), wrong[0][0],
+                  per_case)
 
 
 register(Task(
-    id="08_position_terms",
-    kind="implement",
-    title="The scheme switch",
+    id="08_diagnose_switch",
+    kind="diagnose",
+    title="Diagnose: what is wrong with this scheme switch?",
     points=3,
-    entry="position_terms",
-    forbidden=("posenc_lesson.tasks.extrapolation._terms_reference",),
-    cases=_terms_cases,
+    entry="diagnose_switch",
+    forbidden=("posenc_lesson.tasks.extrapolation._switch_cause",),
+    cases=_switch_cases,
     run=call,
-    judge=_judge_terms,
-    hidden=_terms_cases,
+    judge=_judge_switch,
+    hidden=_switch_cases,
     allowed=("posenc_lesson",),  # the statement: here the library is yours to use
 ))
 
-_ORDER_CASES = [(scheme, layers) for layers in (1, 2)
-                for scheme in ("none", "sinusoidal", "learned", "rope", "alibi")]
+
 _ORDER_TOKENS = (0, 5, 7, 3, 9, 4)
 
 
-def _order_cases(seed: int) -> list[tuple]:
-    """(scheme, num_layers): the five schemes at 1 to 3 layers, eight of them, in a random order.
-    (The model and the tokens are fixed by the statement; what varies is which models are asked.)"""
-    g = seeded(seed)
-    every = [(scheme, layers) for layers in (1, 2, 3)
-             for scheme in ("none", "sinusoidal", "learned", "rope", "alibi")]
-    return [every[i] for i in torch.randperm(len(every), generator=g)[:8].tolist()]
+@functools.lru_cache(maxsize=256)
+def _swap_logits(scheme: str, num_layers: int, seeds: tuple = (0, 0), tokens: tuple = _ORDER_TOKENS,
+                 swap: tuple = (1, 2)) -> tuple[Tensor, Tensor]:
+    """An untrained TinyDecoder's logits (T, V) on ``tokens`` (model seeded with seeds[0]) and on them with
+    positions ``swap`` exchanged (model seeded with seeds[1]). Deterministic: computed once per process."""
+    order = list(range(len(tokens)))
+    order[swap[0]], order[swap[1]] = order[swap[1]], order[swap[0]]
+    out = []
+    for seed, ids in zip(seeds, (list(tokens), [tokens[i] for i in order]), strict=True):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = TinyDecoder(12, d_model=16, num_heads=2, num_layers=num_layers, pos=scheme, max_len=16)
+        model.eval()
+        with torch.no_grad():
+            out.append(model(torch.tensor([ids]))[0])  # (T, V)
+    return out[0], out[1]
 
 
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run tiny models on one CPU thread: two threads only wait on each other at this size."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def _order_sensitive(scheme: str, num_layers: int, seed: int = 0, tokens: tuple = _ORDER_TOKENS,
+                     swap: tuple = (1, 2)) -> bool:
+    """Does swapping two tokens before the last change the untrained model's last logits (atol 1e-5)?"""
+    a, b = _swap_logits(scheme, num_layers, (seed, seed), tuple(tokens), tuple(swap))
+    return not torch.allclose(a[-1], b[-1], atol=1e-5)
 
-
-@functools.lru_cache(maxsize=64)
-def _order_sensitive(scheme: str, num_layers: int, last_only: bool = True) -> bool:
-    """Does swapping tokens 1 and 2 change the untrained model's logits (at the last position)?
-
-    Deterministic (seeded, no learner code), so each answer is computed once per process."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = TinyDecoder(12, d_model=16, num_heads=2, num_layers=num_layers, pos=scheme, max_len=16)
-    model.eval()
-    tokens = torch.tensor([_ORDER_TOKENS])  # (1, T)
-    swapped = tokens[:, [0, 2, 1, 3, 4, 5]]  # (1, T)
-    with torch.no_grad(), _one_thread():
-        a, b = model(tokens), model(swapped)  # (1, T, vocab) each
-    if last_only:
-        a, b = a[0, -1], b[0, -1]
-    return not torch.allclose(a, b, atol=1e-5)
-
-
-@diagnoses("extrapolation.order_every_position")
-def _judge_order(outputs: list, cases: list) -> Judged:
-    truth = [_order_sensitive(*case) for case in cases]
-    got = [bool(o) if isinstance(o, bool) else
-           (bool(o.item()) if isinstance(o, Tensor) and o.numel() == 1 else None) for o in outputs]
-    if got == truth:
-        return Judged(1.0, f"passed: all {len(cases)} measurements agree with the reference.", None)
-    for out, case in zip(outputs, cases, strict=True):
-        if is_marker(out, "error"):
-            return Judged(0.0, feedback(f"your code raised {out['error']} for scheme={case[0]!r}, "
-                                        f"num_layers={case[1]}.", "build the model as the task says."),
-                          "generic.error")
-    if None in got:
-        out = outputs[got.index(None)]
-        return Judged(0.0, feedback(f"expected True or False, got {type_text(out)}.",
-                                    "return a bool: bool(...) of your comparison."), "generic.wrong_type")
-    if got == [_order_sensitive(*case, last_only=False) for case in cases]:
-        return Judged(0.0, feedback(
-            "you compared the logits at every position: positions 1 and 2 hold different tokens "
-            "after the swap, so their outputs differ for any model.",
-            "compare the last position only, logits[0, -1]."), "extrapolation.order_every_position")
-    return Judged(0.0, feedback(f"{sum(g != t for g, t in zip(got, truth, strict=True))} of {len(cases)} "
-                                "answers differ from the measurement.",
-                                "seed before building the model, put it in eval mode, swap tokens 1 and 2, "
-                                "and compare the last position's logits."), "generic.wrong_unknown")
-
-
-register(Task(
-    id="08_measure_order",
-    kind="implement",
-    title="Measuring order sensitivity",
-    points=2,
-    entry="order_sensitive",
-    forbidden=("posenc_lesson.tasks.extrapolation._order_sensitive",),
-    cases=lambda: list(_ORDER_CASES),
-    run=ONE_THREAD,
-    hidden=_order_cases,
-    allowed=("posenc_lesson",),
-    judge=_judge_order,
-))
 
 _PREDICTION_KEYS = ("none, 1 layer", "sinusoidal, 1 layer", "learned, 1 layer", "rope, 1 layer",
                     "alibi, 1 layer", "none, 2 layers")
-
-
 _TWO_LAYERS_BLIND = ("you predicted that without a position signal no layer tells the order; but the causal "
                      "mask gives each token its own prefix: after one layer token 1's state depends on what "
                      "stands at position 1, so layer 2 reads no reordering of the same states.")
@@ -307,97 +275,146 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# Concept question (concepts.py)
+# 08_review_order: colleagues' reports of the swap measurement; find each one's flaw, measure it right
 # --------------------------------------------------------------------------------------
-# 08_q_t5_new_bucket: the lab's T5 scheme uses one-way buckets (32, ``max_distance`` 128, exact up to
-# distance 15). Trained on the copy task with L = 16, its sequences hold up to T = 2L + 2 = 34 tokens,
-# so query-key distances 0 .. 33. From which copy offset n on does the key to copy land in a bucket
-# no training sequence reached? The answer is counted with the library's bucket function.
+# A report: {"scheme", "num_layers", "tokens", "swap" (two positions before the last), "seeds" (the seed of
+# the model run on the tokens, then of the one run on the swapped tokens), "compare" ("last logits", "every
+# position's logits" or "last arg-max"), "tolerance" (atol; 0.0: torch.equal), "verdict" (what their code
+# printed)}. The answer: (the entry holding the flaw, or None; the verdict measured right: one model, the
+# last logits, atol 1e-5).
 
-_L = 16  # the full lab's training length
-
-
-def _first_new_bucket(trained_up_to: int = 2 * _L + 1) -> int:
-    """The first distance whose one-way T5 bucket no distance 0 .. trained_up_to reaches."""
-    buckets = t5_relative_position_bucket(-torch.arange(10 * trained_up_to), bidirectional=False).tolist()
-    return next(d for d, b in enumerate(buckets) if b not in buckets[:trained_up_to + 1])
-
-
-register(question(
-    id="08_q_t5_new_bucket", title="Predict: where the lab's T5 model meets an untrained bucket",
-    entry="answer_08_t5_new_bucket",
-    forbidden=("posenc_lesson.tasks.extrapolation._first_new_bucket",),
-    judge=number_judge(_first_new_bucket, [
-        Misconception(2 * _L + 2, "you take the first distance no training sequence had; but buckets group "
-                      "distances, and that one shares its bucket with distances training did use.",
-                      "list the buckets of the distances 30 to 40.",
-                      id="extrapolation.first_unseen_distance"),
-        Misconception(_L + 1, "you take the first copy offset past L as the first new bucket; training "
-                      "sequences hold keys at every distance up to 2L + 1, not only at the copy offsets.",
-                      "which distances occur in a training sequence of T = 2L + 2 tokens?",
-                      id="extrapolation.first_offset_past_l"),
-        Misconception(lambda: _first_new_bucket(_L), "that is where the copy's key first lands in a bucket "
-                      "the *copy* never used; training still reached that bucket, with other keys.",
-                      "the question asks for a bucket no training sequence reached at all.",
-                      id="extrapolation.first_bucket_new_to_the_copy"),
-    ], "one-way buckets: exact up to 15, then log-spaced up to 128; training had distances 0 .. 2L + 1.")))
+ORDER_FLAWS = ("none", "every_position", "two_models", "exact_equality", "argmax_only")
+_ORDER_VISIBLE = [  # (flaw, scheme, layers, tokens, swap, seed, tolerance)
+    ("none", "rope", 2, (0, 5, 7, 3, 9, 4), (1, 3), 3, 1e-6), ("every_position", "none", 1, (0, 8, 2, 6, 4),
+    (1, 2), 0, 1e-5), ("two_models", "none", 1, (0, 5, 7, 3, 9, 4), (2, 4), 1, 1e-5), ("exact_equality",
+    "none", 1, (0, 5, 7, 3, 9, 4), (1, 2), 0, 0.0),
+    ("argmax_only", "rope", 1, (0, 3, 11, 6, 2, 9, 5), (2, 5), 4, 1e-5)]
 
 
-
-# 08_q_defined_everywhere ("defined everywhere, so it extrapolates"): where does the lab's sinusoidal model
-# fail at n = 17 .. 31? Its rows up to 2L lie in the range training saw (computed); the accuracy there and
-# beyond is the lab's (notebooks/08_why.csv, full lab; a test ties both numbers to the CSV).
-_WHY_SINUSOIDAL = {"new offset, trained positions": 0.2600, "new offset, new positions": 0.1876}
-
-
-def _sinusoidal_fails_where() -> tuple[bool, bool]:
-    """(fails at positions <= 2L, fails past 2L), where every row up to 2L was in training."""
-    if not torch.all(range_excess(pe_table(2 * _L + 2, 64), 2 * _L + 2) == 0):
-        raise AssertionError("the rows up to 2L + 1 must lie inside their own range")
-    return tuple(_WHY_SINUSOIDAL[c] < 0.5 for c in _WHY_SINUSOIDAL)  # (trained positions, new positions)
-
-
-register(question(
-    id="08_q_defined_everywhere", title="Predict: where a table defined everywhere fails",
-    entry="answer_08_defined_everywhere",
-    forbidden=("posenc_lesson.tasks.extrapolation._sinusoidal_fails_where",),
-    judge=choice_judge({"a": (False, False), "b": (False, True), "c": (True, True)},
-                       _sinusoidal_fails_where, [
-        Misconception("a", "you reason that a table defined at every position lets the model extrapolate; "
-                      "but the network learned from what it saw, not from the formula.",
-                      "lesson 08, section 5: test 1 looks at positions where every row was trained.",
-                      id="extrapolation.defined_means_extrapolates"),
-        Misconception("b", "you expect failure only where the rows are new; but the copy offset and SEP's "
-                      "place are new as soon as n > L, at positions training used.",
-                      "which two things grow with n, and which is new at positions <= 2L?",
-                      id="extrapolation.fails_only_at_new_positions"),
-    ], "the model was trained on n <= L: what is new for n = L + 1 .. 2L - 1 at positions <= 2L?")))
+def _report(flaw: str, scheme: str, layers: int, tokens: tuple, swap: tuple, seed: int, tol: float) -> dict:
+    seeds = (seed, seed + 1) if flaw == "two_models" else (seed, seed)
+    compare = {"every_position": "every position's logits", "argmax_only": "last arg-max"}.get(flaw,
+                                                                                            "last logits")
+    a, b = _swap_logits(scheme, layers, seeds, tokens, swap)  # (T, V) each
+    if compare == "last arg-max":
+        same = bool(a[-1].argmax() == b[-1].argmax())
+    else:
+        a, b = (a, b) if compare.startswith("every") else (a[-1], b[-1])
+        same = torch.equal(a, b) if tol == 0.0 else torch.allclose(a, b, rtol=0.0, atol=tol)
+    return {"scheme": scheme, "num_layers": layers, "tokens": list(tokens), "swap": list(swap),
+            "seeds": list(seeds), "compare": compare, "tolerance": tol, "verdict": not same}
 
 
-def _relative_meets() -> tuple[bool, bool]:
-    """08_q_relative_immune ("relative, so immune to length"): (new positions matter, a longer copy offset
-    meets something training did not give it) for the offset-only schemes. Computed: shifting every position
-    leaves RoPE's scores as they were; the bucket of copy offset 3L is none of those of the offsets
-    0 .. 2L + 1 in training."""
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(1, 6, 16, generator=g), torch.randn(1, 6, 16, generator=g)  # (B, T, Dh)
-    scores = [apply_rope(q, torch.arange(6) + s) @ apply_rope(k, torch.arange(6) + s).transpose(-1, -2)
-              for s in (0, 40)]  # (B, T, T) each
-    trained = set(t5_relative_position_bucket(-torch.arange(2 * _L + 2), bidirectional=False).tolist())
-    far = t5_relative_position_bucket(-torch.tensor([3 * _L]), bidirectional=False).item()
-    return not torch.allclose(*scores, atol=1e-4), far not in trained
+def _order_cases(seed: int = 0) -> list[tuple]:
+    """(report,): seed 0 the visible five, one per flaw; any other seed one sound report and four drawn
+    flaws. A flaw that fakes order-sensitivity is drawn on NoPE, one layer, half the time, where it shows."""
+    if seed == 0:
+        return [(_report(*spec),) for spec in _ORDER_VISIBLE]
+    g = seeded(1180 + seed)
+    flaws = ["none"] + [pick(g, ORDER_FLAWS) for _ in range(4)]
+    cases = []
+    while flaws:
+        flaw, t = flaws[-1], draw(g, 5, 8)
+        scheme = pick(g, ("none", "sinusoidal", "learned", "rope", "alibi"))
+        layers = draw(g, 1, 3)
+        if flaw in ("every_position", "two_models", "exact_equality") and draw(g, 0, 1):
+            scheme, layers = "none", 1
+        tokens = (0, *torch.randperm(11, generator=g)[:t - 1].add(1).tolist())  # BOS, then distinct ids
+        a = draw(g, 0, t - 3)
+        swap, s = (a, draw(g, a + 1, t - 2)), draw(g, 0, 9)
+        x, y = _swap_logits(scheme, layers, (s, s), tokens, swap)
+        gap = (x[-1] - y[-1]).abs().max().item()
+        if 1e-6 <= gap <= 1e-3:  # too close to a tolerance to call: draw another
+            continue
+        flaws.pop()
+        cases.append((_report(flaw, scheme, layers, tokens, swap, s, 0.0 if flaw == "exact_equality" else
+                              pick(g, (1e-6, 1e-5, 1e-4))),))
+    return cases
 
 
-register(question(
-    id="08_q_relative_immune", title="Predict: what a relative scheme meets past its training length",
-    entry="answer_08_relative_immune", forbidden=("posenc_lesson.tasks.extrapolation._relative_meets",),
-    judge=choice_judge({"a": (False, False), "b": (True, False), "c": (False, True)}, _relative_meets, [
-        Misconception("a", "you reason that a scheme which sees only offsets is immune to length; but a "
-                      "longer copy needs offsets no training sequence used for it.",
-                      "RoPE, T5 and Shaw all lose accuracy past L in lesson 08: what changed for them?",
-                      id="extrapolation.relative_immune_to_length"),
-        Misconception("b", "you expect new absolute positions to matter; but these schemes see only i - j: "
-                      "moving every position changes none of their logits.",
-                      "lesson 08, section 5, checks that start= leaves their logits as they were.",
-                      id="extrapolation.relative_new_positions"),
-    ], "what does a copy of n > L symbols ask of the query-key offsets?")))
+def _order_flaw(report: dict) -> str:
+    if report["compare"] != "last logits":
+        return "every_position" if report["compare"].startswith("every") else "argmax_only"
+    if report["seeds"][0] != report["seeds"][1]:
+        return "two_models"
+    return "exact_equality" if report["tolerance"] == 0.0 else "none"
+
+
+_ORDER_MISSED = {
+    "every_position": ("extrapolation.order_every_position", "you trusted a comparison of every position: "
+                       "the positions from the first swapped one on read other tokens after the swap, so "
+                       "their outputs differ for any model.", "only the last position can show order."),
+    "two_models": ("extrapolation.order_two_models_missed", "you trusted a comparison of two different "
+                   "models: seeded differently, their weights differ, so their outputs differ whatever the "
+                   "order.", "which weights ran on the tokens, and which on the swapped tokens?"),
+    "exact_equality": ("extrapolation.order_exact_equality_missed", "you trusted an exact comparison of "
+                       "floats: summing the same terms in another order changes the last bits.",
+                       "outputs equal up to rounding must count as equal: use a tolerance."),
+    "argmax_only": ("extrapolation.order_argmax_missed", "you trusted a comparison of arg-maxes: an "
+                    "untrained model's logits can move without changing which token is largest.",
+                    "does the output change, or only the top token?"),
+}
+
+
+_FIELD = {"none": None, "every_position": "compare", "argmax_only": "compare", "two_models": "seeds",
+          "exact_equality": "tolerance"}  # the report's entry each flaw sits in
+_REPORT_KEYS = ("scheme", "num_layers", "tokens", "swap", "seeds", "compare", "tolerance")
+
+
+def _order_said(out: Any, case: tuple) -> tuple[str, str, str] | None:
+    (report,) = case
+    if is_marker(out, "error"):
+        return "generic.error", f"your code raised {out['error']}.", "return (field, verdict)."
+    if not (isinstance(out, list) and len(out) == 2 and (out[0] is None or out[0] in _REPORT_KEYS)
+            and isinstance(out[1], bool)):
+        return ("generic.wrong_type", f"expected a pair (field, verdict): None or one of {_REPORT_KEYS}, "
+                f"and a bool; got {type_text(out)}.", "return e.g. (None, True) or (\"tokens\", False).")
+    flaw = _order_flaw(report)
+    field, truth = _FIELD[flaw], _order_sensitive(report["scheme"], report["num_layers"], report["seeds"][0],
+                                                  tuple(report["tokens"]), tuple(report["swap"]))
+    if out[0] == field and out[1] == truth:
+        return None
+    if out[0] == field:
+        if out[1] == report["verdict"]:
+            return ("extrapolation.order_claim_kept", "you named the flaw but kept the report's verdict, "
+                    "which the flaw produced.", "measure again with the flaw fixed.")
+        return ("generic.wrong_unknown", "your verdict disagrees with the measurement.", "one model, seeded "
+                "once, the last position's logits, torch.allclose(..., atol=1e-5).")
+    if field is None:
+        return ("extrapolation.order_valid_variant_flagged", "you named a flaw in a sound report: another "
+                "seed (the same for both runs), other tokens, two other positions before the last, or "
+                "another small tolerance measure the same thing.", "what could each choice change in the "
+                "verdict?")
+    if out[0] is None:
+        return _ORDER_MISSED[flaw]
+    return ("generic.wrong_unknown", f"the report's {out[0]!r} is sound; its flaw is elsewhere.",
+            "look for the one choice that can change the verdict by itself.")
+
+
+@diagnoses(*(m[0] for m in _ORDER_MISSED.values()), "extrapolation.order_claim_kept",
+           "extrapolation.order_valid_variant_flagged")
+def _judge_order(outputs: list, cases: list) -> Judged:
+    said = [_order_said(out, case) for out, case in zip(outputs, cases, strict=True)]
+    per_case = [s[0] if s else None for s in said]
+    wrong = [s for s in said if s]
+    if not wrong:
+        return Judged(1.0, f"passed: all {len(cases)} reports reviewed right.", None, per_case)
+    more = f" ({len(wrong) - 1} more report(s) wrong.)" if len(wrong) > 1 else ""
+    return Judged(per_case.count(None) / len(cases), feedback(wrong[0][1] + more, wrong[0][2]), wrong[0][0],
+                  per_case)
+
+
+register(Task(
+    id="08_review_order",
+    kind="diagnose",
+    title="Diagnose: which order measurements can you trust?",
+    points=2,
+    entry="review_order",
+    forbidden=tuple(f"posenc_lesson.tasks.extrapolation.{f}" for f in ("_order_sensitive", "_swap_logits",
+                                                                         "_order_flaw")),
+    cases=_order_cases,
+    run=ONE_THREAD,
+    hidden=_order_cases,
+    allowed=("posenc_lesson",),
+    judge=_judge_order,
+))
