@@ -2,10 +2,11 @@
 tasks/scaling_design.py) grade what they promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
-changed into the wrong implementations people write (PI multiplying by s, a reversed YaRN ramp,
-1/theta taken for the wavelength, the attention scale forgotten or applied once, a partial rotary
-with Dh in the exponent or rotating the pass-through channels, ...). Each must lose points and be
-named by its diagnosis, never shown the expected values; the hidden inputs are graded the same way.
+changed into the wrong answers people write (PI multiplying by s, a reversed YaRN ramp, radians
+counted as turns, edges solved for the channel index, a YaRN port's scale power misread, a partial
+rotary with Dh in the exponent or rotating the pass-through channels, ...). Each must lose points and
+be named by its diagnosis, never shown the expected values; the hidden inputs are graded the same way.
+One task of the notebook is "implement"; YaRN's ramp is derived, a YaRN port diagnosed (issue 32).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from posenc_lesson.tasks import context_extension as topic
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
 EXERCISE = ROOT / "exercises" / "09_context_extension.ipynb"
-TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_yarn_scores", "09_fix_partial_rotary",
+TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_diagnose_yarn_port", "09_fix_partial_rotary",
             "09_design_scaling")
 HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_frequencies": topic._yarn_cases,
-          "09_yarn_scores": topic._scores_cases, "09_fix_partial_rotary": partial_rotary._partial_cases,
+          "09_diagnose_yarn_port": scaling_design._port_cases,
+          "09_fix_partial_rotary": partial_rotary._partial_cases,
           "09_design_scaling": scaling_design._design_cases}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -72,7 +74,11 @@ def test_the_lesson_has_five_tasks_worth_ten_points_a_find_the_bug_and_a_design_
     assert all(t in TASKS for t in TASK_IDS)
     assert sorted(t for t in TASKS if t.startswith("09_") and TASKS[t].run != "answer") == sorted(TASK_IDS)
     assert sum(TASKS[t].points for t in TASK_IDS) == 10
-    assert TASKS["09_pi_frequencies"].points == 1 and TASKS["09_yarn_frequencies"].points == 2  # transcribed
+    assert TASKS["09_pi_frequencies"].points == 1  # the one transcription
+    assert {t: TASKS[t].kind for t in TASK_IDS} == {
+        "09_pi_frequencies": "implement", "09_yarn_frequencies": "derive",
+        "09_diagnose_yarn_port": "diagnose", "09_fix_partial_rotary": "diagnose",
+        "09_design_scaling": "design"}
     assert TASKS["09_design_scaling"].points == 3  # the design: the most points
     assert any(t.startswith("09_fix_") for t in TASK_IDS)
     assert {"context_extension", "scaling_design"} <= set(posenc_lesson.tasks.registry.TOPICS)
@@ -100,18 +106,14 @@ def partial_rope_fixed(x, positions, rotary_dim):
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 '''
 
-HALF_ROTATE = ('''a, b = x.double()[..., 0::2], x.double()[..., 1::2]  # (..., T, Dh/2) each
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)''',
-               '''a, b = x.double().chunk(2, dim=-1)
-        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)''')
-
 # The partial rotary's pairs in the reference (GPT-J's, interleaved) and in GPT-NeoX's rotate_half layout
 INTERLEAVED_PAIRS = ("a, b = rot[..., 0::2], rot[..., 1::2]\n"
                      "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)")
 HALF_PAIRS = ("a, b = rot.chunk(2, dim=-1)\n"
               "    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)")
 
-BOUNDS = "low = max(math.floor(index(32)), 0)\n    high = min(math.ceil(index(1)), head_dim - 1)"
+BOUNDS = ("low = max(math.floor(index(32)), 0)  # the kept edge, rounded down (Hugging Face), never before "
+          "pair 0\n    high = min(math.ceil(index(1)), head_dim - 1)  # the interpolated edge, rounded up")
 FLIPPED = ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos")
 PAPER_RAMP = ("ramp = torch.clamp((i - low) / (high - low), 0, 1)",
               "ramp = torch.clamp(1 - (original_max_len * theta / (2 * math.pi) - 1) / 31, 0, 1)")
@@ -128,30 +130,29 @@ MUTANTS = [
      "return (base * factor ** (head_dim / (head_dim - 2))) ** (-two_i / head_dim)", "NTK-aware"),
     ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)",
      "return theta / factor * (1 - ramp) + theta * ramp", "ramp is reversed"),
-    ("09_yarn_frequencies", "(turns * 2 * math.pi)", "turns", "wavelength and frequency are confused"),
+    ("09_yarn_frequencies", "(turns * 2 * math.pi)", "turns", "counted radians, not turns"),
+    ("09_yarn_frequencies", "/ (2 * math.log(base))", "/ math.log(base)", "edges are twice too far"),
+    ("09_yarn_frequencies", "i = torch.arange(head_dim // 2, dtype=torch.float64)",
+     "i = torch.arange(0, head_dim, 2, dtype=torch.float64)", "ramp runs over the channel index"),
     ("09_yarn_frequencies", BOUNDS,
      "low = max(math.floor(index(1)), 0)\n    high = min(math.ceil(index(32)), head_dim - 1)", "swapped"),
-    ("09_yarn_frequencies", BOUNDS, "low = max(index(32), 0)\n    high = min(index(1), head_dim - 1)",
-     "not rounded"),
+    ("09_yarn_frequencies", BOUNDS,
+     "low = math.floor(index(32))\n    high = min(math.ceil(index(1)), head_dim - 1)",
+     "starts before pair 0"),
+    ("09_yarn_frequencies", BOUNDS,
+     "low = max(math.ceil(index(32)), 0)\n    high = min(math.floor(index(1)), head_dim - 1)", "inwards"),
     ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)", "return theta / factor",
      "position interpolation"),
     ("09_yarn_frequencies", *PAPER_RAMP, "as the paper writes it"),
     ("09_yarn_frequencies", "theta / factor * ramp", "theta * factor * ramp", "multiplied by the factor"),
-    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)", "rotate(q), rotate(k)",
-     "forgotten"),
-    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
-     "attention_scale * rotate(q), rotate(k)", "applied once"),
-    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
-     "attention_scale ** 2 * rotate(q), attention_scale ** 2 * rotate(k)", "twice on each side"),
-    ("09_yarn_scores", "attention_scale * rotate(q), attention_scale * rotate(k)",
-     "rotate(q) / attention_scale, rotate(k) / attention_scale", "divided by the attention scale"),
-    ("09_yarn_scores", "theta.double()[None, :]",
-     "(10000.0 ** (-torch.arange(0, q.shape[-1], 2, dtype=torch.float64) / q.shape[-1]))[None, :]",
-     "ignore theta"),
-    ("09_yarn_scores", *HALF_ROTATE, "half layout"),
-    ("09_yarn_scores", *FLIPPED, "wrong way"),
-    ("09_yarn_scores", "return q_rot @ k_rot.transpose(-1, -2)",
-     "return q_rot @ k_rot.transpose(-1, -2) / math.sqrt(q.shape[-1])", "sqrt(Dh)"),
+    ("09_diagnose_yarn_port", '{0: "scale_forgotten", 1: "scale_on_q_only"',
+     '{0: "scale_on_q_only", 1: "scale_forgotten"', "misread the power of the scale"),
+    ("09_diagnose_yarn_port", '"rotation_reversed": scores(theta, sign=-1)',
+     '"rotation_reversed": scores(theta)', "blamed the scale (or nothing) where the rotation is wrong"),
+    ("09_diagnose_yarn_port", "power = 2 + round(", "power = 2 + 0 * round(", "misread the power"),
+    ("09_diagnose_yarn_port", "if power != 2:\n        return {",
+     "if power != 2:\n        return 'trained_frequencies' or {",
+     "blamed the rotation where the scale is wrong"),
     ("09_fix_partial_rotary", "/ rotary_dim)", "/ x.shape[-1])", "the exponent uses Dh"),
     ("09_fix_partial_rotary", "return torch.cat((turned, rest), dim=-1)", "return turned",
      "only the rotated channels"),
@@ -230,10 +231,10 @@ def test_the_shown_buggy_partial_rotary_scores_zero_with_its_diagnosis():
      "    return m.blocks[0].attn.rope_arguments(1)['frequencies']"),
     ("09_pi_frequencies", "def pi_frequencies(head_dim, factor, base=10000.0):\n"
      "    return posenc_lesson.rope_frequencies(head_dim, base) / factor"),
-    # apply_rope's new arguments, and the rotation matrix with the rotated width
-    ("09_yarn_scores", "def yarn_scores(q, k, theta, attention_scale):\n"
-     "    r = posenc_lesson.apply_rope(q, frequencies=theta, attention_scale=attention_scale)\n"
-     "    return r @ posenc_lesson.apply_rope(k, frequencies=theta, attention_scale=attention_scale).mT"),
+    # the grader's own truth for a port, and the rotation matrix with the rotated width
+    ("09_diagnose_yarn_port", "from posenc_lesson.tasks.scaling_design import _port_bug\n"
+     "def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):\n"
+     "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
     ("09_fix_partial_rotary", "def partial_rope_fixed(x, positions, rotary_dim):\n"
      "    mats = torch.stack([posenc_lesson.rope_rotation_matrix(int(m), rotary_dim) for m in positions])\n"
      "    turned = (mats.double() @ x[..., :rotary_dim].double().unsqueeze(-1)).squeeze(-1)\n"
@@ -304,13 +305,97 @@ def test_hidden_inputs_keep_the_stated_constraints():
     for seed in range(1, 6):
         for case in topic._pi_cases(seed):
             assert case[0] % 2 == 0 and 4 <= case[0] <= 128 and 1 <= case[1] <= 32
-        for case in topic._yarn_cases(seed):
+        yarn = topic._yarn_cases(seed)
+        for case in yarn:
             assert case[0] % 8 == 0 and 16 <= case[0] <= 128 and 2 <= case[1] <= 32 and 32 <= case[2] <= 8192
-        for q, k, theta, scale in topic._scores_cases(seed):
+            assert case[3:] in ((), (10_000.0,), (150_000.0,), (500_000.0,))
+        assert any(case[2] < 64 * math.pi for case in yarn)  # no pair turns 32 times: the kept edge < 0
+        ports = scaling_design._port_cases(seed)
+        assert sorted(scaling_design._port_bug(*c) for c in ports) == sorted(scaling_design.PORT_LABELS)
+        for q, k, theta, scale, port in ports:
             assert q.shape == k.shape and theta.shape == (q.shape[-1] // 2,)
+            assert port.shape == (*q.shape[:-1], q.shape[-2]) and port.dtype == torch.float32
             assert 0.1 * math.log(2) + 1 <= scale <= 0.1 * math.log(32) + 1  # YaRN's scale, factor 2 .. 32
         for x, positions, rotary_dim in partial_rotary._partial_cases(seed):
             assert rotary_dim % 2 == 0 and 2 <= rotary_dim < x.shape[-1] and positions.shape == (x.shape[-2],)
+
+
+# ---- 09_yarn_frequencies: derived; gpt-oss's fractional edges are a convention -----------------
+
+def test_gpt_oss_fractional_edges_are_a_convention_and_get_full_marks():
+    """truncate=False (gpt-oss's config) keeps the edges unrounded: right, on visible and hidden cases."""
+    source = _reference("09_yarn_frequencies")
+    assert BOUNDS in source
+    fn = _entry("09_yarn_frequencies", source.replace(
+        BOUNDS, "low = max(index(32), 0)\n    high = min(index(1), head_dim - 1)"))
+    points, max_points, feedback = _grade("09_yarn_frequencies", fn)
+    assert points == max_points == 2, feedback
+    for seed in (1, 2, 3):
+        cases = topic._yarn_cases(seed)
+        outputs = [fn(*c) for c in cases]
+        assert TASKS["09_yarn_frequencies"].judge(outputs, cases).fraction == 1.0, seed
+        rounded = [topic._yarn_ref(*c) for c in cases]
+        assert not all(torch.allclose(o.float(), r) for o, r in zip(outputs, rounded, strict=True))
+
+
+def test_the_statement_gives_the_requirement_not_the_edge_formula():
+    statement = _cells()["09_yarn_frequencies_task"]
+    assert "at least 32 times" in statement and "at most once" in statement
+    for formula in ("2\\pi r", "floor", "ceil", "index(r)", "\\ln"):
+        assert formula not in statement, formula
+
+
+# ---- 09_diagnose_yarn_port: a bug drawn per case, named by the scores ----------------------------
+
+BRUTE_FORCE = """
+def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):
+    pos, a = torch.arange(q.shape[-2]), attention_scale
+    def s(freqs, qs, ks, sign=1):
+        qr = apply_rope(q.double(), sign * pos, frequencies=freqs.double()) * qs
+        return qr @ (apply_rope(k.double(), sign * pos, frequencies=freqs.double()) * ks).mT
+    trained = rope_frequencies(q.shape[-1], dtype=torch.float64)
+    c = {"correct": s(theta, a, a), "scale_forgotten": s(theta, 1, 1), "scale_on_q_only": s(theta, a, 1),
+         "scale_applied_twice": s(theta, a, a) * a * a, "trained_frequencies": s(trained, a, a),
+         "rotation_reversed": s(theta, a, a, -1)}
+    return min(c, key=lambda n: float((c[n] - port_scores.double()).abs().max()))
+"""
+
+
+def test_a_port_diagnosed_by_recomputing_every_hypothesis_gets_full_marks_too():
+    fn = _entry("09_diagnose_yarn_port", BRUTE_FORCE)
+    assert _grade("09_diagnose_yarn_port", fn)[0] == 2
+    for seed in (1, 2, 3):
+        cases = scaling_design._port_cases(seed)
+        assert TASKS["09_diagnose_yarn_port"].judge([fn(*c) for c in cases], cases).fraction == 1.0
+
+
+@pytest.mark.parametrize(("truth", "answer", "mistake"), [
+    ("correct", "scale_on_q_only", "context_extension.port_right_one_flagged"),
+    ("correct", "rotation_reversed", "context_extension.port_right_one_flagged"),
+    ("scale_forgotten", "scale_on_q_only", "context_extension.port_scale_power_misread"),
+    ("scale_applied_twice", "correct", "context_extension.port_scale_power_misread"),
+    ("scale_on_q_only", "trained_frequencies", "context_extension.port_scale_read_as_rotation"),
+    ("trained_frequencies", "correct", "context_extension.port_rotation_read_as_scale"),
+    ("rotation_reversed", "scale_forgotten", "context_extension.port_rotation_read_as_scale"),
+    ("rotation_reversed", "trained_frequencies", "context_extension.port_rotation_bugs_confused"),
+    ("correct", "Correct!", "context_extension.port_not_a_label"),
+    ("correct", 3, "context_extension.port_not_a_label"),
+])
+def test_a_wrong_label_is_named_by_the_reasoning_it_reveals(truth, answer, mistake):
+    """One wrong case, the others right: 5 of 6 points' worth, and the id of what that label shows."""
+    cases = scaling_design._port_cases(0)
+    truths = [scaling_design._port_bug(*c) for c in cases]
+    outputs = [answer if t == truth else t for t in truths]
+    judged = TASKS["09_diagnose_yarn_port"].judge(outputs, cases)
+    assert judged.fraction == pytest.approx(5 / 6) and judged.mistake == mistake, judged
+    assert judged.cases == [mistake if t == truth else None for t in truths]
+    assert "Hint:" in judged.feedback and truth not in judged.feedback.split("Hint:")[0].split(";")[0]
+
+
+def test_a_constant_label_earns_one_case_in_six():
+    cases = scaling_design._port_cases(4)
+    for label in scaling_design.PORT_LABELS:
+        assert TASKS["09_diagnose_yarn_port"].judge([label] * 6, cases).fraction == pytest.approx(1 / 6)
 
 
 # ---- 09_design_scaling: a setting judged by the frequencies it gives ---------------------------

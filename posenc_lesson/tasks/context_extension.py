@@ -1,27 +1,30 @@
 """Lesson 09's tasks on scaled frequencies (exercises/09_context_extension.ipynb): position-
-interpolation frequencies, YaRN's frequencies (the ramp as the checkpoints' code computes it),
-YaRN's attention scale on q and k, and a concept question (reading a control: dynamic NTK inside the
-training length). The lesson's partial-rotary task, a different idea (which channels turn, not how
-fast), is in ``partial_rotary.py``; its design task (choose a scaling) in ``scaling_design.py``.
+interpolation frequencies (the notebook's one "implement" task), YaRN's frequencies derived from what
+the ramp must do (keep the pairs that turn 32 times or more over the training length, interpolate those
+that turn at most once; the learner finds where those pairs sit), and a concept question (reading a
+control: dynamic NTK inside the training length). The lesson's partial-rotary task, a different idea
+(which channels turn, not how fast), is in ``partial_rotary.py``; its design task (choose a scaling)
+and its diagnosis of a YaRN port (which bug explains the scores) in ``scaling_design.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random ones drawn from the task's stated constraints; another
 seed draws fresh inputs of the same kind (the tasks' ``hidden`` inputs, where the registry
-takes them). The references come from the library (``scaled_rope_frequencies``, ``apply_rope``),
-which equals Hugging Face's rope initialisation; the known mistakes are computed here.
+takes them). The references come from the library (``scaled_rope_frequencies``), which equals Hugging
+Face's rope initialisation; YaRN's edges are right rounded outwards (Hugging Face's default) or left
+fractional (gpt-oss, ``truncate=False``): both conventions pass. The known mistakes are computed here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from .. import rope as _rope
 from .. import rope_scaling as _scaling
 from .concepts import Misconception, choice_judge, question
-from .judges import Mistake, call, draw, randn, seeded, tensor_judge
+from .judges import Judged, Mistake, as_float_tensor, call, close, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 
@@ -114,33 +117,43 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 09_yarn_frequencies: YaRN's ramp, as the authors' code and Hugging Face compute it
+# 09_yarn_frequencies (derive): YaRN's ramp from "keep the pairs that turn many times, interpolate
+# those that never turn": the learner finds the pair index where a pair turns r times
 # --------------------------------------------------------------------------------------
 
-def _yarn_ref(head_dim: int, factor: float, original_max_len: int, base: float = 10_000.0) -> Tensor:
+BETA_FAST, BETA_SLOW = 32.0, 1.0  # the lesson's (and YaRN's) rotation counts
+
+
+def _yarn_ref(head_dim: int, factor: float, original_max_len: int, base: float = 10_000.0, *,
+              truncate: bool = True) -> Tensor:
+    """The library's YaRN, with the lesson's beta_fast = 32 and beta_slow = 1: Hugging Face's default
+    edges (truncate=True, floored / ceiled) or gpt-oss's fractional ones (truncate=False)."""
     return _scaling.scaled_rope_frequencies(head_dim, base=base, method="yarn", factor=factor,
-                                            original_max_len=original_max_len)[0]
+                                            original_max_len=original_max_len, beta_fast=BETA_FAST,
+                                            beta_slow=BETA_SLOW, truncate=truncate)[0]
 
 
 def _yarn(head_dim: int, factor: float, original_max_len: int, base: float = 10_000.0, *,
-          reverse: bool = False, two_pi: float = 2 * math.pi, rounded: bool = True, swap: bool = False,
-          paper: bool = False, multiply: bool = False) -> Tensor:
+          rounded: bool = True, reverse: bool = False, two_pi: float = 2 * math.pi, swap: bool = False,
+          paper: bool = False, multiply: bool = False, per_channel: bool = False, clip: bool = True,
+          inward: bool = False, channel_ramp: bool = False) -> Tensor:
     """YaRN's theta' in float64, with the knobs real mistakes turn. (Dh/2,)"""
     theta = _theta(head_dim, base)  # (Dh/2,)
-    if paper:  # the ramp as the paper writes it: linear in r = L / lambda between 1 and 32
+    if paper:  # the ramp as the paper writes it: linear in r = T_train / lambda between 1 and 32
         r = original_max_len * theta / (2 * math.pi)
-        gamma = ((r - 1.0) / (32.0 - 1.0)).clamp(0, 1)  # 1: keep
+        gamma = ((r - BETA_SLOW) / (BETA_FAST - BETA_SLOW)).clamp(0, 1)  # 1: keep
     else:
-        def index(turns: float) -> float:
-            return head_dim * math.log(original_max_len / (turns * two_pi)) / (2 * math.log(base))
+        def index(turns: float) -> float:  # the pair (channel, if per_channel) that turns `turns` times
+            return head_dim * math.log(original_max_len / (turns * two_pi)) / ((1 if per_channel else 2)
+                                                                               * math.log(base))
 
-        fast, slow = (1.0, 32.0) if swap else (32.0, 1.0)
-        low, high = index(fast), index(slow)
+        low, high = (index(BETA_SLOW), index(BETA_FAST)) if swap else (index(BETA_FAST), index(BETA_SLOW))
         if rounded:
-            low, high = max(math.floor(low), 0), min(math.ceil(high), head_dim - 1)
+            low, high = (math.ceil(low), math.floor(high)) if inward else (math.floor(low), math.ceil(high))
+        low, high = (max(low, 0) if clip else low), min(high, head_dim - 1)
         if low == high:
             high += 0.001
-        i = torch.arange(head_dim // 2, dtype=torch.float64)
+        i = torch.arange(head_dim // 2, dtype=torch.float64) * (2 if channel_ramp else 1)  # (Dh/2,)
         gamma = 1 - ((i - low) / (high - low)).clamp(0, 1)  # (Dh/2,) 1: keep theta
     if reverse:
         gamma = 1 - gamma
@@ -150,163 +163,118 @@ def _yarn(head_dim: int, factor: float, original_max_len: int, base: float = 10_
 
 def _yarn_cases(seed: int = 0) -> list[tuple]:
     """(head_dim, factor, original_max_len[, base]): Dh a multiple of 8 in 16 .. 128, factor 2 .. 32,
-    original_max_len 32 .. 8192, base 10000 or 500000."""
+    original_max_len 32 .. 8192 (one case under 64 pi, where no pair turns 32 times), base 10000,
+    150000 (gpt-oss) or 500000 (Llama 3)."""
     if seed == 0:
         return [(128, 8.0, 4096), (64, 16.0, 2048), (16, 4.0, 34), (128, 4.0, 8192, 500_000.0),
-                (32, 2.0, 512)]
+                (64, 32.0, 4096, 150_000.0), (32, 2.0, 512)]
     g = seeded(910 + seed)
     cases = []
-    for k in range(4):
-        head_dim, factor, length = 8 * draw(g, 2, 16), _uniform(g, 2.0, 32.0), draw(g, 32, 8192)
+    for k in range(5):
+        head_dim, factor = 8 * draw(g, 2, 16), _uniform(g, 2.0, 32.0)
+        length = draw(g, 32, 200) if k == 2 else draw(g, 201, 8192)
         cases.append((head_dim, factor, length) if k % 2 else
-                     (head_dim, factor, length, float(10_000 * 50 ** draw(g, 0, 1))))
+                     (head_dim, factor, length, pick(g, (10_000.0, 150_000.0, 500_000.0))))
     return cases
 
 
+def _both_conventions(**knobs: bool) -> list[Callable[..., Tensor]]:
+    """The mistake with rounded edges, and with fractional ones as the judge sees them: where it is
+    invisible with fractional edges (e.g. no clip needed), that answer is right, judged as the reference."""
+    def fractional(*c: object) -> Tensor:
+        out = _yarn(*c, rounded=False, **knobs)
+        return _yarn_ref(*c).double() if close(out, _yarn_ref(*c, truncate=False)) else out
+    return [lambda *c: _yarn(*c, **knobs), fractional]
+
+
+def _yarn_mistake(knobs: dict, diagnosis: str, hint: str, id: str) -> list[Mistake]:
+    """One mistake, made with Hugging Face's rounded edges and with gpt-oss's fractional ones."""
+    return [Mistake(f, diagnosis, hint, id=id) for f in _both_conventions(**knobs)]
+
+
+_EDGE = "index(r) = Dh ln(T_train / (2 pi r)) / (2 ln base)"
 _YARN_MISTAKES = [
-    Mistake(lambda *c: _yarn(*c, reverse=True),
-            "the ramp is reversed: your fast pairs (many turns over original_max_len) are interpolated "
-            "and your slow pairs kept. YaRN keeps the pairs that turn many times over the training length "
-            "and divides the slow ones.",
-            "ramp_i = 0 (keep theta_i) for i <= low and 1 (theta_i / factor) for i >= high: "
-            "theta'_i = theta_i / factor * ramp_i + theta_i * (1 - ramp_i).",
-            id="context_extension.yarn_ramp_reversed"),
-    Mistake(lambda *c: _yarn(*c, two_pi=1.0),
-            "wavelength and frequency are confused: your boundaries use 1 / theta_i as the number of "
-            "tokens per turn; a pair turns once every lambda_i = 2 pi / theta_i tokens.",
-            "the pair that turns r times over T_train = original_max_len has lambda = T_train / r, so its "
-            "index is Dh * ln(T_train / (2 pi r)) / (2 ln base).",
-            id="context_extension.yarn_wavelength_as_frequency"),
-    Mistake(lambda *c: _yarn(*c, swap=True),
-            "beta_fast and beta_slow are swapped: low must come from the pair that turns 32 times, "
-            "high from the pair that turns once.",
-            "low = floor(index(32)), high = ceil(index(1)); index falls as the number of turns grows.",
-            id="context_extension.yarn_betas_swapped"),
-    Mistake(lambda *c: _yarn(*c, rounded=False),
-            "the ramp's boundaries are not rounded: the checkpoints' code floors low and ceils high "
-            "before the ramp.",
-            "low = max(floor(index(32)), 0), high = min(ceil(index(1)), Dh - 1).",
-            id="context_extension.yarn_boundaries_not_rounded"),
+    *_yarn_mistake(dict(reverse=True),
+                   "the ramp is reversed: your fast pairs (many turns over original_max_len) are "
+                   "interpolated and your slow pairs kept. YaRN keeps the pairs that turn many times over "
+                   "the training length and divides the slow ones.",
+                   "the ramp is 0 (keep theta_i) on the fast side and 1 (theta_i / factor) on the slow side.",
+                   id="context_extension.yarn_ramp_reversed"),
+    *_yarn_mistake(dict(two_pi=1.0),
+                   "you counted radians, not turns: your edges treat T_train theta_i (the angle) as the "
+                   "number of turns, i.e. 1 / theta_i as the tokens per turn. A pair turns once every "
+                   "lambda_i = 2 pi / theta_i tokens.",
+                   f"the pair that turns r times over T_train has lambda = T_train / r; {_EDGE}.",
+                   id="context_extension.yarn_wavelength_as_frequency"),
+    *_yarn_mistake(dict(per_channel=True),
+                   "your edges are twice too far: you solved theta = base^(-i/Dh) (or for the channel "
+                   "index 2i) instead of theta_i = base^(-2i/Dh) for the pair index i.",
+                   f"take logs of 2 pi base^(2i/Dh) = T_train / r and solve for i: {_EDGE}.",
+                   id="context_extension.yarn_edges_of_channels"),
+    *_yarn_mistake(dict(channel_ramp=True),
+                   "your ramp runs over the channel index 2i while the edges are pair indices: the ramp "
+                   "reaches the interpolated side twice too early.",
+                   "ramp_i = clamp((i - low) / (high - low), 0, 1) with the pair index i = 0 .. Dh/2 - 1.",
+                   id="context_extension.yarn_ramp_over_channels"),
+    *_yarn_mistake(dict(swap=True),
+                   "the edges are swapped: the kept edge must come from the pair that turns 32 times, the "
+                   "interpolated edge from the pair that turns once.",
+                   "index(r) falls as r grows: index(32) < index(1).",
+                   id="context_extension.yarn_betas_swapped"),
+    *_yarn_mistake(dict(clip=False),
+                   "your ramp starts before pair 0: when no pair turns 32 times the kept edge is negative, "
+                   "and the checkpoints' code moves it to 0, so pair 0 keeps theta_0.",
+                   "low = max(low, 0).", id="context_extension.yarn_low_not_clipped"),
+    Mistake(lambda *c: _yarn(*c, inward=True),
+            "you rounded the edges inwards (the kept edge up, the interpolated edge down): pairs that "
+            "turn between 1 and 32 times get no share of the ramp at its ends. The checkpoints' code "
+            "rounds outwards (floor, ceil) or not at all.",
+            "low = floor(index(32)), high = ceil(index(1)); or keep both fractional.",
+            id="context_extension.yarn_rounded_inward"),
     Mistake(lambda *c: _yarn(*c, paper=True),
-            "you ramped linearly in the number of turns r = L / lambda_i, as the paper writes it; "
-            "this task (and the code every YaRN checkpoint runs with) ramps linearly in the pair "
-            "index i between the rounded boundaries.",
+            "you ramped linearly in the number of turns r = T_train / lambda_i, as the paper writes it; "
+            "the statement (and the code every YaRN checkpoint runs with) ramps linearly in the pair "
+            "index i between the two edges.",
             "ramp_i = clamp((i - low) / (high - low), 0, 1) over i = 0 .. Dh/2 - 1.",
             id="context_extension.yarn_ramp_of_the_paper"),
-    Mistake(lambda *c: _yarn(*c, multiply=True),
-            "your interpolated pairs are multiplied by the factor; interpolation divides them.",
-            "the slow pairs get theta_i / factor.", id="context_extension.yarn_multiplied"),
+    *_yarn_mistake(dict(multiply=True),
+                   "your interpolated pairs are multiplied by the factor; interpolation divides them.",
+                   "the slow pairs get theta_i / factor.", id="context_extension.yarn_multiplied"),
     Mistake(lambda dh, s, length, *b: _theta(dh, _base_of(b)) / s,
             "every pair is divided by the factor: that is position interpolation. YaRN keeps the fast "
             "pairs and ramps between the two.",
-            "compute low and high, then the ramp, then mix theta_i / factor and theta_i.",
+            "find the edges, then the ramp, then mix theta_i / factor and theta_i.",
             id="context_extension.yarn_is_pi"),
 ]
+_YARN_JUDGE = tensor_judge(_yarn_ref, _YARN_MISTAKES, ("head_dim", "factor", "original_max_len", "base"),
+                           "a pair that turns r times over T_train has wavelength T_train / r; find the pair "
+                           "index of r = 32 and of r = 1, ramp linearly in i between them, then mix: "
+                           "theta'_i = (1 - ramp_i) theta_i + ramp_i theta_i / factor.")
+
+
+def _yarn_either_edges(outputs: list, cases: list) -> Judged:
+    """A case right with gpt-oss's fractional edges is right (a convention): it is judged as if it had
+    given Hugging Face's rounded ones; everything else by the judge of the rounded reference."""
+    same = [_yarn_ref(*case) if close(as_float_tensor(out), _yarn_ref(*case, truncate=False)) else out
+            for out, case in zip(outputs, cases, strict=True)]
+    return _YARN_JUDGE(same, cases)
+
+
+for _name in ("mistakes", "known", "reference"):
+    setattr(_yarn_either_edges, _name, getattr(_YARN_JUDGE, _name))
 
 register(Task(
     id="09_yarn_frequencies",
-    kind="implement",
-    title="YaRN's frequencies (NTK-by-parts ramp)",
-    points=2,  # the statement spells out the code's steps
+    kind="derive",
+    title="Derive YaRN's ramp from which pairs it keeps",
+    points=2,
     entry="yarn_frequencies",
     forbidden=SCALING_FORBIDDEN,
     cases=_yarn_cases,
     hidden=_yarn_cases,
     allowed=("posenc_lesson.rope_frequencies",),
     run=call,
-    judge=tensor_judge(_yarn_ref, _YARN_MISTAKES, ("head_dim", "factor", "original_max_len", "base"),
-                       "keep theta_i for i <= low, divide it by the factor for i >= high, and mix "
-                       "linearly in i in between: theta'_i = theta_i / factor * ramp_i + "
-                       "theta_i * (1 - ramp_i)."),
-))
-
-
-# --------------------------------------------------------------------------------------
-# 09_yarn_scores: scores of q and k rotated with given theta, each scaled by the attention scale
-# --------------------------------------------------------------------------------------
-
-def _scores(q: Tensor, k: Tensor, theta: Tensor, q_scale: float, k_scale: float, *,
-            layout: str = "interleaved", sign: int = 1) -> Tensor:
-    pos, theta = sign * torch.arange(q.shape[-2]), theta.double()  # (T,), (Dh/2,)
-    qr = _rope.apply_rope(q.double(), pos, frequencies=theta, layout=layout) * q_scale  # (..., T, Dh)
-    kr = _rope.apply_rope(k.double(), pos, frequencies=theta, layout=layout) * k_scale
-    return qr @ kr.transpose(-1, -2)  # (..., T, T)
-
-
-def _scores_ref(q: Tensor, k: Tensor, theta: Tensor, attention_scale: float) -> Tensor:
-    qr = _rope.apply_rope(q.double(), frequencies=theta.double(), attention_scale=attention_scale)
-    kr = _rope.apply_rope(k.double(), frequencies=theta.double(), attention_scale=attention_scale)
-    return qr @ kr.transpose(-1, -2)  # (..., T, T)
-
-
-def _scores_cases(seed: int = 0) -> list[tuple]:
-    """(q, k (..., T, Dh), theta (Dh/2,), attention_scale): YaRN's theta and scale for a factor 2 .. 32."""
-    g = seeded(920 + seed)
-    if seed == 0:
-        shapes = [((6, 8), 4.0, 4), ((2, 3, 5, 16), 16.0, 8), ((1, 9, 32), 32.0, 6)]
-    else:
-        shapes = []
-        for lead in (0, 1, 2):
-            dh = 8 * draw(g, 1, 4)
-            shape = tuple(draw(g, 1, 3) for _ in range(lead)) + (draw(g, 2, 10), dh)
-            shapes.append((shape, _uniform(g, 2.0, 32.0), draw(g, 2, 12)))
-    cases = []
-    for shape, factor, length in shapes:
-        theta, scale = _scaling.scaled_rope_frequencies(shape[-1], method="yarn", factor=factor,
-                                                        original_max_len=length)
-        cases.append((randn(g, *shape), randn(g, *shape), theta, scale))
-    return cases
-
-
-_SCORES_MISTAKES = [
-    Mistake(lambda q, k, th, a: _scores(q, k, th, 1.0, 1.0),
-            "the attention scale is forgotten: your scores are those of plain rotated q and k.",
-            "multiply both rotated q and rotated k by attention_scale (Hugging Face multiplies cos and "
-            "sin by it).", id="context_extension.scale_forgotten"),
-    Mistake(lambda q, k, th, a: _scores(q, k, th, a, 1.0),
-            "the attention scale is applied once (to q only, or to the scores once): the scores grow by "
-            "attention_scale instead of its square.",
-            "scale q and k both, so that every score is multiplied by attention_scale ** 2.",
-            id="context_extension.scale_once"),
-    Mistake(lambda q, k, th, a: _scores(q, k, th, a * a, a * a),
-            "the attention scale is applied twice on each side: the scores grow by attention_scale ** 4.",
-            "rotated q times attention_scale, rotated k times attention_scale, once each.",
-            id="context_extension.scale_twice"),
-    Mistake(lambda q, k, th, a: _scores(q, k, th, 1 / a, 1 / a),
-            "you divided by the attention scale; YaRN multiplies q and k by it (sharper attention "
-            "over the longer sequence).",
-            "q' = attention_scale * rotate(q), k' = attention_scale * rotate(k).",
-            id="context_extension.scale_divided"),
-    Mistake(lambda q, k, th, a: _scores(q, k, _theta(q.shape[-1]), a, a),
-            "you ignore theta and turn by the default frequencies 10000^(-2i/Dh).",
-            "turn pair i of token t by the angle t * theta[i], with the theta you are given.",
-            id="context_extension.ignores_theta"),
-    Mistake(lambda q, k, th, a: _scores(q, k, th, a, a, layout="half"),
-            "your pairs are (i, i + Dh/2) (the half layout); this task uses the interleaved pairs "
-            "(2i, 2i+1).",
-            "x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair.",
-            id="context_extension.half_layout"),
-    Mistake(lambda q, k, th, a: _scores(q, k, th, a, a, sign=-1),
-            "you rotate the wrong way, by -t theta_i (the transposed rotation).",
-            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos.", id="context_extension.sign_flipped"),
-    Mistake(lambda q, k, th, a: _scores_ref(q, k, th, a) / math.sqrt(q.shape[-1]),
-            "you divided the scores by sqrt(Dh); this task returns the raw products q' k'^T.",
-            "return rotated_q @ rotated_k.transpose(-1, -2).", id="context_extension.divided_by_sqrt_dh"),
-]
-
-register(Task(
-    id="09_yarn_scores",
-    kind="implement",
-    title="YaRN's attention scale on q and k",
-    points=2,
-    entry="yarn_scores",
-    forbidden=ROTATION_FORBIDDEN + SCALING_FORBIDDEN + ("posenc_lesson.scaled_dot_product_attention",),
-    cases=_scores_cases,
-    hidden=_scores_cases,
-    run=call,
-    judge=tensor_judge(_scores_ref, _SCORES_MISTAKES, ("q", "k", "theta", "attention_scale"),
-                       "turn pair i of token t (positions 0 .. T-1) by t * theta[i], multiply rotated q and "
-                       "rotated k each by attention_scale, return their products (..., T, T)."),
+    judge=_yarn_either_edges,
 ))
 
 

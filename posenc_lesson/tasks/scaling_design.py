@@ -1,5 +1,6 @@
-"""Lesson 09's design task (exercises/09_context_extension.ipynb): choose a frequency scaling for a
-target length, judged by the frequencies it gives.
+"""Lesson 09's design and diagnosis tasks (exercises/09_context_extension.ipynb): choose a frequency
+scaling for a target length, judged by the frequencies it gives; and name the bug of a YaRN port from
+the scores it computes (``09_diagnose_yarn_port``, at the end of this file).
 
 ``09_design_scaling`` hands the learner a head (head_dim, base), its training length and a target
 length, and asks for the keyword arguments of ``scaled_rope_frequencies`` (method, factor and the
@@ -28,8 +29,11 @@ import math
 import torch
 from torch import Tensor
 
+from .. import rope as _rope
 from .. import rope_scaling as _scaling
-from .judges import draw, feedback, pick, seeded
+from ..harness.in_kernel import learner_text
+from .context_extension import _uniform
+from .judges import draw, feedback, pick, randn, seeded
 from .registry import Judged, Task, diagnoses, is_marker, register
 
 KEEP_TURNS = 4  # pairs turning at least this often over T_train must keep theta_i
@@ -138,4 +142,135 @@ register(Task(
     allowed=("posenc_lesson",),
     run="call",
     judge=_design_judge,
+))
+
+
+# --------------------------------------------------------------------------------------
+# 09_diagnose_yarn_port (diagnose): a port of YaRN's attention scale gives the scores shown;
+# which of five plausible bugs (or none) explains them? The bug is drawn per case.
+# --------------------------------------------------------------------------------------
+
+PORT_SCALE = {"correct": 2, "scale_forgotten": 0, "scale_on_q_only": 1, "scale_applied_twice": 4}
+PORT_ROTATION = ("trained_frequencies", "rotation_reversed")
+PORT_LABELS = (*PORT_SCALE, *PORT_ROTATION)
+
+
+def _port_scores(q: Tensor, k: Tensor, theta: Tensor, attention_scale: float, bug: str) -> Tensor:
+    """The scores (..., T, T) a port with ``bug`` computes (float64); token t at position t."""
+    power, sign, freqs = PORT_SCALE.get(bug, 2), -1 if bug == "rotation_reversed" else 1, theta.double()
+    if bug == "trained_frequencies":
+        freqs = _theta(q.shape[-1], 10_000.0)  # (Dh/2,) 10000^(-2i/Dh): the port forgot YaRN's theta'
+    pos = sign * torch.arange(q.shape[-2])  # (T,)
+    qr = _rope.apply_rope(q.double(), pos, frequencies=freqs)  # (..., T, Dh)
+    kr = _rope.apply_rope(k.double(), pos, frequencies=freqs)
+    return attention_scale ** power * (qr @ kr.transpose(-1, -2))  # (..., T, T)
+
+
+def _port_bug(q: Tensor, k: Tensor, theta: Tensor, attention_scale: float, port_scores: Tensor) -> str:
+    """The bug whose scores these are (the grader's truth: the case was made by exactly one)."""
+    return next(bug for bug in PORT_LABELS if torch.allclose(
+        _port_scores(q, k, theta, attention_scale, bug), port_scores.double(), rtol=1e-5, atol=1e-5))
+
+
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(q, k (..., T, Dh), theta (Dh/2,), attention_scale, port_scores (..., T, T)): YaRN's theta and
+    scale for a factor 2 .. 32 and a training length 8 .. 64; every bug once, in an order drawn per seed."""
+    g = seeded(920 + seed)
+    order = PORT_LABELS[2:] + PORT_LABELS[:2] if seed == 0 else \
+        [PORT_LABELS[int(j)] for j in torch.randperm(len(PORT_LABELS), generator=g)]
+    cases = []
+    for n, bug in enumerate(order):
+        while True:  # a draw on which every bug gives scores far from every other's
+            dh = 8 * (n % 3 + 1) if seed == 0 else 8 * draw(g, 1, 4)
+            shape = tuple(draw(g, 1, 3) for _ in range(n % 3)) + (draw(g, 3, 10), dh)
+            theta, scale = _scaling.scaled_rope_frequencies(dh, method="yarn", factor=_uniform(g, 2.0, 32.0),
+                                                            original_max_len=draw(g, 8, 64))
+            q, k = randn(g, *shape), randn(g, *shape)
+            every = [_port_scores(q, k, theta, scale, b) for b in PORT_LABELS]
+            if all(not torch.allclose(a, b, rtol=1e-2, atol=1e-2) for j, a in enumerate(every)
+                   for b in every[j + 1:]):
+                break
+        cases.append((q, k, theta, scale, every[PORT_LABELS.index(bug)].float()))
+    return cases
+
+
+_PORT_SAID = {  # id: (what the wrong label shows, hint)
+    "context_extension.port_right_one_flagged": (
+        "you flagged a port that is right: rotated q and rotated k each times attention_scale make every "
+        "score attention_scale ** 2 times the unscaled one, with YaRN's theta' and the angle +t theta'_i: "
+        "that is YaRN (Hugging Face multiplies cos and sin by the scale).",
+        "compare with scores in which q and k both carry the scale and turn by t theta'_i."),
+    "context_extension.port_scale_power_misread": (
+        "you misread the power of the scale: the right scores carry attention_scale ** 2; a port that "
+        "forgets it gives 1 / scale ** 2 of them, one that scales q only 1 / scale, one that scales "
+        "twice scale ** 2 times them.",
+        "on the diagonal (m = n) the rotation cancels: the ratio port / right there is a power of the "
+        "scale; which one?"),
+    "context_extension.port_scale_read_as_rotation": (
+        "you blamed the rotation where the scale is wrong: the port's diagonal (m = n) is off, and no "
+        "rotation changes it (an offset of 0 turns nothing); only the scale can.",
+        "look at the ratio port / right on the diagonal first."),
+    "context_extension.port_rotation_read_as_scale": (
+        "you blamed the scale (or nothing) where the rotation is wrong: the port's diagonal (m = n) is "
+        "right, so its scale is right; its scores differ off the diagonal, where the rotation acts.",
+        "recompute the scores with the trained theta, and with the angles -t theta'_i, and compare."),
+    "context_extension.port_rotation_bugs_confused": (
+        "you confused the two rotation bugs: rotating with the trained theta_i changes the angle per "
+        "offset, reversing the rotation flips its sign; they give different scores off the diagonal.",
+        "recompute the scores under each of the two and see which one the port's equal."),
+    "context_extension.port_not_a_label": (
+        f"your answer is not one of the labels {', '.join(PORT_LABELS)}.",
+        "return exactly one of the label strings."),
+}
+
+
+def _port_reasoning(truth: str, answer: object) -> str:
+    """The id of what a wrong label reveals."""
+    if not isinstance(answer, str) or answer not in PORT_LABELS:
+        return "context_extension.port_not_a_label"
+    if truth == "correct":
+        return "context_extension.port_right_one_flagged"
+    if truth in PORT_SCALE:
+        return ("context_extension.port_scale_read_as_rotation" if answer in PORT_ROTATION else
+                "context_extension.port_scale_power_misread")
+    return ("context_extension.port_rotation_bugs_confused" if answer in PORT_ROTATION else
+            "context_extension.port_rotation_read_as_scale")
+
+
+@diagnoses(*_PORT_SAID)
+def _port_judge(outputs: list, cases: list) -> Judged:
+    per_case: list[str | None] = []
+    for out, case in zip(outputs, cases, strict=True):
+        if is_marker(out, "error"):
+            per_case.append("generic.error")
+            continue
+        answer, truth = out.strip() if isinstance(out, str) else out, _port_bug(*case)
+        right = isinstance(answer, str) and answer == truth
+        per_case.append(None if right else _port_reasoning(truth, answer))
+    wrong = [m for m in per_case if m is not None]
+    if not wrong:
+        return Judged(1.0, f"passed: all {len(cases)} ports diagnosed right.", None, per_case)
+    fraction = per_case.count(None) / len(cases)
+    if "generic.error" in wrong:
+        error = next(o for o, m in zip(outputs, per_case, strict=True) if m == "generic.error")["error"]
+        return Judged(fraction, feedback(f"your code raised {learner_text(error)}.",
+                                         "return one label per port."), "generic.error", per_case)
+    main = max(dict.fromkeys(wrong), key=wrong.count)  # the most frequent, the first on a tie
+    return Judged(fraction, feedback(f"{len(wrong)} of {len(cases)} ports misdiagnosed; "
+                                     + _PORT_SAID[main][0], _PORT_SAID[main][1]), main, per_case)
+
+
+register(Task(
+    id="09_diagnose_yarn_port",
+    kind="diagnose",
+    title="Diagnose a port of YaRN's attention scale",
+    points=2,
+    entry="diagnose_yarn_port",
+    forbidden=("posenc_lesson.tasks.scaling_design._port_bug",
+               "posenc_lesson.tasks.scaling_design._port_scores"),
+    cases=_port_cases,
+    hidden=_port_cases,
+    allowed=("posenc_lesson",),
+    run="call",
+    judge=_port_judge,
 ))
