@@ -1,0 +1,511 @@
+"""The exercise checks (posenc_lesson.tasks) give the marks and the feedback they promise.
+
+Every answer here is real code run through ``outputs_of`` + ``score``, as the grader does:
+the reference solutions (taken from the solution notebooks' cells) get full marks; the
+stubs get 0 with "not implemented yet"; answers carrying the mistakes people make get 0 (or
+partial credit) with the diagnosis we promise; answers that just call the library get 0.
+No kernel is started: cell sources are executed in a fresh namespace.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import posenc_lesson
+from posenc_lesson.tasks import TASKS, assert_passes, check, outputs_of, score
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+EXERCISES = ROOT / "exercises"
+
+
+def _cells(path: Path) -> dict[str, str]:
+    """grade_id -> source for every nbgrader cell of a notebook."""
+    nb = nbformat.read(path, as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if "nbgrader" in c.metadata}
+
+
+def _notebook_of(task_id: str, folder: Path) -> Path:
+    (path,) = folder.glob(f"{task_id[:2]}_*.ipynb")
+    return path
+
+
+def _namespace(task_id: str, folder: Path = ROOT / "solutions") -> dict:
+    """A fresh namespace after the notebook's setup cell (and any buggy-code cell) ran."""
+    cells = _cells(_notebook_of(task_id, folder))
+    ns: dict = {"__name__": "__exercise__"}
+    exec(cells["setup"], ns)
+    if f"{task_id}_buggy" in cells:
+        out = io.StringIO()
+        stdout, sys.stdout = sys.stdout, out  # the symptom printout is not under test here
+        try:
+            exec(cells[f"{task_id}_buggy"], ns)
+        finally:
+            sys.stdout = stdout
+    return ns
+
+
+def _entry(task_id: str, source: str, folder: Path = ROOT / "solutions"):
+    ns = _namespace(task_id, folder)
+    exec(source, ns)
+    return ns[TASKS[task_id].entry]
+
+
+def _reference_source(task_id: str) -> str:
+    return _cells(_notebook_of(task_id, ROOT / "solutions"))[task_id]
+
+
+def _grade(task_id: str, fn) -> tuple[float, int, str]:
+    return score(task_id, outputs_of(task_id, fn))
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry matches the notebooks
+# ---------------------------------------------------------------------------------------------
+
+def test_every_task_has_a_solution_cell_and_a_test_cell_with_its_points():
+    seen = {}
+    for path in SOLUTIONS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade"):
+                task_id = meta["grade_id"].removesuffix("_test")
+                assert meta["grade_id"] == f"{task_id}_test"
+                assert meta["points"] == TASKS[task_id].points, task_id
+                entry = TASKS[task_id].entry
+                assert cell.source.splitlines()[0] == f'check("{task_id}", {entry})'
+                seen[task_id] = path.stem
+    assert sorted(seen) == sorted(TASKS)
+    assert all(task_id[:2] == stem[:2] for task_id, stem in seen.items())
+
+
+def test_the_course_has_enough_tasks_and_a_find_the_bug_task_per_lesson():
+    assert len(TASKS) >= 14
+    for lesson in ("01", "02", "03", "04", "05", "06", "07"):
+        assert any(t.startswith(f"{lesson}_fix_") for t in TASKS), lesson
+
+
+# ---------------------------------------------------------------------------------------------
+# Full marks for the reference, zero for the stub
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_reference_solution_gets_full_marks(task_id):
+    points, max_points, feedback = _grade(task_id, _entry(task_id, _reference_source(task_id)))
+    assert (points, max_points) == (TASKS[task_id].points, TASKS[task_id].points), feedback
+    assert feedback.startswith("passed")
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_stub_gets_zero_and_says_not_implemented(task_id):
+    stub_source = _cells(_notebook_of(task_id, EXERCISES))[task_id]
+    assert "raise NotImplementedError(" in stub_source
+    points, _, feedback = _grade(task_id, _entry(task_id, stub_source, EXERCISES))
+    assert points == 0
+    assert feedback.startswith("not implemented yet: replace the raise line")
+
+
+# ---------------------------------------------------------------------------------------------
+# Real mistakes get the diagnosis we promise
+# ---------------------------------------------------------------------------------------------
+
+# (task id, text in the reference source, its replacement, words the feedback must contain)
+MUTANTS = [
+    ("01_attention", "dim=-1", "dim=-2", "over the wrong axis"),
+    ("01_attention", "math.sqrt(q.shape[-1])", "q.shape[-1]", "divided by Dh instead of sqrt(Dh)"),
+    ("01_attention", " / math.sqrt(q.shape[-1])", "", "not scaled at all"),
+    ("01_attention", "return weights @ v", "return weights", "weights, not the output"),
+    ("01_permutation_check", "f(x)[perm]", "f(x)[torch.argsort(perm)]", "not permuted the same way"),
+    ("01_permutation_check", "f(x)[perm]", "f(x)", "not permuted the same way"),
+    ("02_sinusoidal_table", "10000 ** (two_i / d_model)", "10000 ** (two_i / 2 / d_model)",
+     "off by a factor of 2"),
+    ("02_sinusoidal_table", "two_i / d_model)", "2 * two_i / d_model)", "twice too large"),
+    ("02_sinusoidal_table", "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)",
+     "pe = torch.cat((torch.sin(angle), torch.cos(angle)), dim=-1).float()", "concatenated"),
+    ("02_sinusoidal_table", "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)",
+     "pe[:, 0::2] = torch.cos(angle)\n    pe[:, 1::2] = torch.sin(angle)", "sin and cos are swapped"),
+    ("02_sinusoidal_table", "torch.arange(max_len,", "torch.arange(1, max_len + 1,", "off by one"),
+    ("02_sinusoidal_table", "return pe", "return pe[None]", "leading batch axis"),
+    ("02_wavelengths", "return 2 * math.pi / omega", "return 1 / omega", "2 pi times too short"),
+    ("02_wavelengths", "return 2 * math.pi / omega", "return omega", "angular frequencies"),
+    ("02_wavelengths", "/ d_model)", "/ d_model / 2)", "off by a factor of 2"),
+    ("03_offset_matrix", "= c, s\n", "= c, -s\n", "not a rotation"),
+    ("03_offset_matrix", "= c, s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = -s, c",
+     "= c, -s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = s, c", "turns the wrong way"),
+    ("03_offset_matrix", "/ d_model)", "/ d_model / 2)", "off by a factor of 2"),
+    ("03_offset_dot", ".sum()", ".mean()", "mean over the pairs"),
+    ("03_offset_dot", "torch.cos(k * omega).sum()", "torch.sin(k * omega).sum()", "summed sines"),
+    ("03_offset_dot", ".sum()", "", "one term per pair"),
+    ("04_learned_embedding", "nn.Parameter(torch.randn(max_len, d_model) * 0.02)",
+     "torch.randn(max_len, d_model) * 0.02", "not an nn.Parameter"),
+    ("04_learned_embedding", "self.table[:t]", "self.table[1:t + 1]", "off by one"),
+    ("04_learned_embedding", "return x + self.table[:t]", "return self.table[:t].expand_as(x)",
+     "position vectors only"),
+    ("06_apply_rope_interleaved", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
+     "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
+    ("06_apply_rope_interleaved", "positions.double()", "(positions.double() + 1)", "off by one"),
+    ("06_apply_rope_interleaved", "torch.arange(0, dh, 2, dtype=torch.float64) / dh",
+     "torch.arange(0, dh // 2, dtype=torch.float64) / dh", "off by a factor of 2"),
+    ("06_apply_rope_interleaved", "positions.double()[:, None]",
+     "torch.arange(x.shape[-2]).double()[:, None]", "ignore the positions"),
+    ("06_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
+     "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
+    ("06_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
+    ("06_rotation_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
+    ("06_rotation_matrix", "= c, -s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = s, c",
+     "= c, s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = -s, c", "R_m transposed"),
+    ("06_rotation_matrix", "/ head_dim)", "/ head_dim / 2)", "off by a factor of 2"),
+    ("06_convert_layout", "per_head[:, perm]", "per_head[:, torch.argsort(perm)]", "the other way"),
+    ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
+     "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
+    ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
+    ("07_alibi_slopes", "c = 2 ** math.floor(math.log2(num_heads))", "c = num_heads", "wrong head count"),
+    ("07_alibi_slopes", "return torch.tensor(slopes)",
+     "return torch.tensor(slopes if c == num_heads else power_of_2(2 * c)[:num_heads])",
+     "wrong head count"),
+    ("07_alibi_slopes", "[0::2]", "[1::2]", "starting at the second"),
+    ("07_alibi_slopes", "return torch.tensor(slopes)", "return torch.tensor(sorted(slopes, reverse=True))",
+     "sorted"),
+    ("07_alibi_bias", "return -alibi_slopes", "return alibi_slopes", "sign is flipped"),
+    ("07_alibi_bias", ".abs()", "", "without the absolute value"),
+    ("07_alibi_attention", "scores + alibi_bias", "scores - alibi_bias", "wrong sign"),
+    ("07_alibi_attention", 'scores = scores.masked_fill(future, float("-inf"))', "", "no causal mask"),
+    ("07_alibi_attention", "scores = scores + alibi_bias(num_heads, seq_len)", "", "bias is missing"),
+    ("07_alibi_attention",
+     "scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)\n"
+     "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
+     "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
+     "before scaling"),
+    ("08_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
+     "wrong sign"),
+    ("08_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
+    ("08_position_terms", "return x + get_sinusoidal_encoding(t, d_model), None",
+     "return x + get_sinusoidal_encoding(t, d_model), alibi_bias(num_heads, t)", "there is no bias"),
+    ("08_position_terms", 'if scheme in ("none", "rope"):\n        return x, None',
+     'if scheme in ("none", "rope"):\n        return x + get_sinusoidal_encoding(t, d_model), None',
+     "pass through unchanged"),
+    ("08_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
+     "every position"),
+    ("08_predict_order", '"none, 1 layer": False', '"none, 1 layer": True',
+     "one layer without positions notices the swap"),
+    ("08_predict_order", '"none, 2 layers": True', '"none, 2 layers": False', "no layer tells the order"),
+    ("08_predict_order", '"rope, 1 layer": True', '"rope, 1 layer": False', "1 of 6 predictions"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "old", "new", "diagnosis"), MUTANTS,
+                         ids=[f"{m[0]}:{m[3]}" for m in MUTANTS])
+def test_known_mistake_is_diagnosed(task_id, old, new, diagnosis):
+    source = _reference_source(task_id)
+    assert old in source, f"the reference of {task_id} changed; update this mutant"
+    points, max_points, feedback = _grade(task_id, _entry(task_id, source.replace(old, new)))
+    assert points < max_points
+    assert diagnosis in feedback, feedback
+    assert "Hint:" in feedback or "Hint" in feedback
+
+
+@pytest.mark.parametrize(("task_id", "other"), [("06_apply_rope_interleaved", "06_apply_rope_half"),
+                                                ("06_apply_rope_half", "06_apply_rope_interleaved")])
+def test_swapped_rope_layouts_are_named(task_id, other):
+    source = _reference_source(other).replace(TASKS[other].entry, TASKS[task_id].entry)
+    points, _, feedback = _grade(task_id, _entry(task_id, source))
+    assert points == 0
+    assert "layouts swapped" in feedback
+
+
+def test_learned_table_without_the_length_check_earns_partial_credit():
+    source = _reference_source("04_learned_embedding").replace("if t > self.max_len:", "if False:")
+    points, max_points, feedback = _grade("04_learned_embedding", _entry("04_learned_embedding", source))
+    assert 0 < points < max_points
+    assert "raise a ValueError yourself" in feedback
+
+
+# the buggy code each find-the-bug task shows, and what the check must say about it
+BUGGY = [
+    ("01_fix_softmax_axis", "attention_weights_buggy", "axis 1"),
+    ("02_fix_exponent", "sinusoidal_table_buggy", "off by a factor of 2"),
+    ("03_fix_rotation_sign", "shift_encoding_buggy", "move k positions back"),
+    ("04_fix_concat", "add_sinusoidal_buggy", "concatenated"),
+    ("05_fix_t5_bucket", "t5_bucket_buggy", "i - j (query minus key)"),
+    ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
+    ("07_fix_slopes", "get_slopes_buggy", "off by one"),
+]
+
+
+@pytest.mark.parametrize(("task_id", "buggy", "diagnosis"), BUGGY, ids=[b[0] for b in BUGGY])
+def test_the_shown_buggy_code_scores_zero_with_its_diagnosis(task_id, buggy, diagnosis):
+    points, _, feedback = _grade(task_id, _namespace(task_id)[buggy])
+    assert points == 0
+    assert diagnosis in feedback, feedback
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers that call the library
+# ---------------------------------------------------------------------------------------------
+
+CHEATS = {
+    "01_attention": ("def attention(q, k, v):\n"
+                     "    return posenc_lesson.scaled_dot_product_attention(q, k, v)[0]"),
+    "01_fix_softmax_axis": ("def attention_weights(q, k):\n"
+                            "    return torch.nn.functional.scaled_dot_product_attention(q, k, k)"),
+    "02_sinusoidal_table": ("def sinusoidal_table(max_len, d_model):\n"
+                            "    return posenc_lesson.get_sinusoidal_encoding(max_len, d_model)[0]"),
+    "02_wavelengths": ("from posenc_lesson import sinusoidal_wavelengths\n"
+                       "def wavelengths(d_model):\n    return sinusoidal_wavelengths(d_model)"),
+    "02_fix_exponent": ("def sinusoidal_table_fixed(max_len, d_model):\n"
+                        "    w = posenc_lesson.rope_frequencies(d_model)\n"
+                        "    return sinusoidal_table_buggy(max_len, d_model)"),
+    "03_offset_matrix": ("def offset_matrix(k, d_model):\n"
+                         "    return posenc_lesson.rope_rotation_matrix(-k, d_model)"),
+    "03_fix_rotation_sign": ("def shift_encoding(pe, k):\n"
+                             "    return pe @ posenc_lesson.sinusoidal_offset_matrix(k, pe.shape[-1]).T"),
+    "04_learned_embedding": ("class LearnedPositions(posenc_lesson.LearnedPositionalEmbedding):\n"
+                             "    table_name = 'table'"),
+    "04_fix_concat": ("def add_sinusoidal(x):\n"
+                      "    return x + posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])"),
+    "04_untrained_rows": ("from posenc_lesson.tasks.learned import _measured_untrained\n"
+                          "def untrained_rows(max_len, copy_lengths):\n"
+                          "    return _measured_untrained(max_len, copy_lengths)"),
+    "05_first_unseen_bucket": ("from posenc_lesson.tasks.relative_questions import _unseen_ref\n"
+                               "def first_unseen_distance(train_len, num_buckets, max_distance, bi):\n"
+                               "    return _unseen_ref(train_len, num_buckets, max_distance, bi)"),
+    "05_clipped_index": ("def clipped_index(q_len, k_len, max_distance, q_offset):\n"
+                         "    return posenc_lesson.shaw_relative_index(\n"
+                         "        q_len, k_len, max_distance=max_distance, q_offset=q_offset)"),
+    "05_shaw_scores": ("def shaw_scores(q, k, key_table, max_distance):\n"
+                       "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
+                       "    return q @ k.transpose(-2, -1)"),
+    "05_t5_bucket": ("def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):\n"
+                     "    return posenc_lesson.t5_relative_position_bucket(relative_position, "
+                     "bidirectional=bidirectional,\n"
+                     "        num_buckets=num_buckets, max_distance=max_distance)"),
+    "05_fix_t5_bucket": ("from posenc_lesson.relative import t5_relative_position_bucket as bucket\n"
+                         "def t5_bucket_fixed(relative_position, bidirectional=True, num_buckets=32, "
+                         "max_distance=128):\n"
+                         "    return bucket(relative_position, bidirectional=bidirectional, "
+                         "num_buckets=num_buckets,\n"
+                         "                  max_distance=max_distance)"),
+    "06_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
+                                  "def apply_rope_interleaved(x, positions):\n"
+                                  "    return apply_rope(x, positions)"),
+    "06_apply_rope_half": ("def apply_rope_half(x, positions):\n"
+                           "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
+    "06_rotation_matrix": ("def rope_matrix(position, head_dim):\n"
+                           "    return posenc_lesson.sinusoidal_offset_matrix(-position, head_dim)"),
+    "06_convert_layout": ("def interleaved_to_half(weight, num_heads):\n"
+                          "    return posenc_lesson.convert_rope_weight(weight, num_heads)"),
+    "06_fix_pairing": ("def rope_half_fixed(x, positions):\n"
+                       "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
+    "07_alibi_slopes": ("def get_slopes(num_heads):\n"
+                        "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
+    "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
+    "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
+    "01_permutation_check": ("from posenc_lesson.tasks.permutation import _equivariant\n"
+                             "def is_permutation_equivariant(f, x, perm):\n"
+                             "    return _equivariant(f, x, perm)"),
+    "03_offset_dot": ("def pe_dot(k, d_model):\n"
+                      "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
+                      "    return pe[0] @ pe[abs(k)]"),
+    "08_position_terms": ("from posenc_lesson.tasks.extrapolation import _terms_reference\n"
+                          "def position_terms(scheme, x, num_heads, table):\n"
+                          "    return _terms_reference(scheme, x, num_heads, table)"),
+    "08_measure_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
+                         "def order_sensitive(scheme, num_layers):\n"
+                         "    return _order_sensitive(scheme, num_layers)"),
+    "08_predict_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
+                         "def predicted_order_sensitive():\n"
+                         "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
+                         "('none', 'sinusoidal', 'learned', 'rope', 'alibi')} | "
+                         "{'none, 2 layers': _order_sensitive('none', 2)}"),
+    "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
+                           "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
+                           "causal=True)[0]"),
+    "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
+                         "def copy_accuracy_by_position(tokens, logits):\n"
+                         "    return lab(tokens, logits)"),
+    "08_diagnose_dip": ("from posenc_lesson.tasks.copy_accuracy import _diagnose\n"
+                        "def diagnose_dip(lengths, base, ablated, train_length):\n"
+                        "    return tuple(_diagnose(lengths, base, ablated, train_length).tolist())"),
+    "09_pi_frequencies": ("def pi_frequencies(head_dim, factor, base=10000.0):\n"
+                          "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, "
+                          "method='linear', factor=factor, original_max_len=1)[0]"),
+    "09_yarn_frequencies": ("from posenc_lesson.rope_scaling import _yarn\n"
+                            "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
+                            "    return _yarn(head_dim, base, factor, original_max_len, 32.0, 1.0)[0]"),
+    "09_diagnose_yarn_port": ("from posenc_lesson.tasks.scaling_design import _port_bug\n"
+                              "def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):\n"
+                              "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
+    "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
+                              "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
+    "06_which_pair": ("from posenc_lesson.tasks.rope import _which_pair_ref\n"
+                      "def which_pair(scores, head_dim, base):\n"
+                      "    return int(_which_pair_ref(scores, head_dim, base))"),
+    "07_slope_recipe": ("from posenc_lesson.tasks.alibi import _recipe_truth\n"
+                        "def slope_recipe(bias):\n"
+                        "    return _recipe_truth(bias)"),
+    "09_design_scaling": ("from posenc_lesson.tasks.scaling_design import _requirements\n"
+                          "def choose_scaling(head_dim, base, original_max_len, target_len):\n"
+                          "    answer = {'method': 'llama3', 'factor': target_len / original_max_len}\n"
+                          "    met = _requirements(answer, head_dim, base, original_max_len, target_len)\n"
+                          "    assert all(met.values())\n"
+                          "    return answer"),
+    "10_bits_per_byte": ("from posenc_lesson.lab.lm_corpus import bits_per_byte as _bpb\n"
+                         "def bits_per_byte(logits, tokens):\n"
+                         "    return _bpb(logits[..., :-1, :], tokens[..., 1:])"),
+    "10_sliding_plan": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
+                        "def sliding_plan(text_length, length, stride):\n"
+                        "    return window_plan(text_length, length, stride)"),
+    "10_predict_rope_break": ("def predicted_rope_break(head_dim, base, train_length, bin_size):\n"
+                              "    theta = posenc_lesson.rope_frequencies(head_dim, base)\n"
+                              "    n = math.pi / theta[theta * (train_length - 1) < math.pi][0].item()\n"
+                              "    return bin_size * (math.floor(n / bin_size) + 1)"),
+    "10_fix_window_mean": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
+                           "def window_bpb_fixed(losses, *args):\n"
+                           "    return float(len(window_plan(losses.shape[-1], 1)))"),
+    "11_sincos_2d": ("def sincos_2d_table(grid_h, grid_w, d_model):\n"
+                     "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
+    "11_axial_rope": ("def axial_rope(x, positions, axes_dims):\n"
+                      "    return posenc_lesson.apply_axial_rope(x, positions, axes_dims)"),
+    "11_mrope_positions": ("def mrope_position_ids(segments):\n"
+                           "    return posenc_lesson.mrope_positions(segments)"),
+    "11_fix_interleaved_mrope": ("def mrope_fixed(x, positions, mrope_section):\n"
+                                 "    return posenc_lesson.apply_mrope(x, positions, mrope_section,\n"
+                                 "                                     interleaved=True)"),
+    "12_gemma3_layer_frequencies": (
+        "def gemma3_layer_frequencies(head_dim, num_layers, pattern, local_base, global_base,\n"
+        "                             global_factor):\n"
+        "    f = posenc_lesson.scaled_rope_frequencies\n"
+        "    rows = []\n"
+        "    for i in range(num_layers):\n"
+        "        g = (i + 1) % pattern == 0\n"
+        "        rows.append(f(head_dim, base=global_base if g else local_base, method='linear',\n"
+        "                      factor=global_factor if g else 1.0, original_max_len=1)[0])\n"
+        "    return torch.stack(rows)"),
+    "12_left_pad_positions": ("from posenc_lesson.tasks.field_guide import _pad_ref\n"
+                              "def left_pad_positions(mask):\n"
+                              "    return _pad_ref(mask)"),
+    "12_longrope_frequencies": (
+        "def longrope_frequencies(head_dim, base, short_factor, long_factor, original_max_len, seq_len):\n"
+        "    return posenc_lesson.scaled_rope_frequencies(\n"
+        "        head_dim, base=base, method='longrope', short_factor=short_factor,\n"
+        "        long_factor=long_factor,\n"
+        "        original_max_len=original_max_len, seq_len=seq_len, attention_factor=1.0)[0]"),
+    "12_proportional_frequencies": (
+        "def proportional_frequencies(head_dim, partial_rotary_factor, base):\n"
+        "    return posenc_lesson.scaled_rope_frequencies(\n"
+        "        head_dim, base=base, method='proportional',\n"
+        "        partial_rotary_factor=partial_rotary_factor)[0]"),
+}
+
+
+def test_every_task_that_forbids_something_has_a_cheat_case():
+    """Every task but the concept questions (their cheats: tests/test_concepts.py)."""
+    assert sorted(CHEATS) == sorted(t for t, task in TASKS.items() if task.forbidden and task.run != "answer")
+
+
+@pytest.mark.parametrize("task_id", sorted(CHEATS))
+def test_answer_calling_the_library_scores_zero(task_id):
+    originals = {name: getattr(posenc_lesson, name) for name in posenc_lesson.__all__}
+    ns = _namespace(task_id)
+    ns["posenc_lesson"] = posenc_lesson
+    exec(CHEATS[task_id], ns)
+    points, _, feedback = _grade(task_id, ns[TASKS[task_id].entry])
+    assert points == 0
+    assert "implement it yourself" in feedback and "your answer calls" in feedback, feedback
+    # and the library is restored afterwards
+    assert {name: getattr(posenc_lesson, name) for name in posenc_lesson.__all__} == originals
+    assert "forward" in vars(posenc_lesson.LearnedPositionalEmbedding)
+    assert vars(posenc_lesson.LearnedPositionalEmbedding)["forward"].__qualname__.startswith(
+        "LearnedPositionalEmbedding")
+
+
+def test_allowed_library_helpers_do_not_count_as_cheating():
+    source = _reference_source("07_alibi_bias")
+    assert "alibi_slopes(" in source  # the task allows the library's slopes
+    points, max_points, _ = _grade("07_alibi_bias", _entry("07_alibi_bias", source))
+    assert points == max_points
+
+
+# ---------------------------------------------------------------------------------------------
+# check() and score() are safe to call with anything
+# ---------------------------------------------------------------------------------------------
+
+def test_check_prints_a_pass_line_to_stdout_only(capsys):
+    check("06_apply_rope_half", _entry("06_apply_rope_half", _reference_source("06_apply_rope_half")))
+    out, err = capsys.readouterr()
+    assert out == "✅ 06_apply_rope_half: passed (3/3 points)\n"
+    assert err == ""
+
+
+def test_check_never_raises(capsys):
+    def explodes(*args):
+        raise ZeroDivisionError("boom")
+
+    check("06_apply_rope_half", explodes)
+    check("06_apply_rope_half", 42)
+    check("06_apply_rope_half", lambda x, p: "a string")
+    check("no_such_task", explodes)
+    out, err = capsys.readouterr()
+    assert "ZeroDivisionError: boom" in out
+    assert "expected a tensor, got a str" in out
+    assert "no_such_task" in out
+    assert "AssertionError" not in out and err == ""
+
+
+def test_wrong_shape_names_both_shapes():
+    points, _, feedback = _grade("02_wavelengths", lambda d: torch.ones(d))
+    assert points == 0
+    assert "expected (4,), got (8,)" in feedback
+
+
+def test_score_survives_malformed_outputs():
+    task = TASKS["06_apply_rope_half"]
+    n = len(task.cases())
+    for outputs in ([], "nonsense", [None] * n, [{"type": "generator"}] * n, [[["x"]]] * n):
+        points, max_points, feedback = score("06_apply_rope_half", outputs)
+        assert points == 0 and max_points == task.points and feedback
+
+
+def test_feedback_never_contains_the_reference_values():
+    ref = TASKS["07_alibi_slopes"].cases()
+    points, _, feedback = _grade("07_alibi_slopes", lambda n: torch.zeros(n))
+    assert points == 0
+    for case in ref:
+        for value in posenc_lesson.alibi_slopes(*case).tolist()[1:]:
+            assert f"{value:.4f}" not in feedback
+
+
+def test_assert_passes_raises_with_the_feedback():
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        assert_passes("02_wavelengths", lambda d: (_ for _ in ()).throw(NotImplementedError("stub")))
+    assert_passes("02_wavelengths", _entry("02_wavelengths", _reference_source("02_wavelengths")))
+
+
+def test_outputs_are_plain_data_that_load_with_weights_only(tmp_path):
+    fn = _entry("04_learned_embedding", _reference_source("04_learned_embedding"))
+    outputs = outputs_of("04_learned_embedding", fn)
+    torch.save(outputs, tmp_path / "outputs.pt")
+    loaded = torch.load(tmp_path / "outputs.pt", weights_only=True)
+    assert score("04_learned_embedding", loaded)[0] == TASKS["04_learned_embedding"].points
+
+
+def test_outputs_of_leaves_the_global_random_state_alone():
+    fn = _entry("04_learned_embedding", _reference_source("04_learned_embedding"))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    outputs_of("04_learned_embedding", fn)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_missing_return_and_nan_get_their_own_messages():
+    assert "is a `return` missing?" in _grade("02_wavelengths", lambda d: None)[2]
+    nan = _grade("02_wavelengths", lambda d: torch.full((d // 2,), float("nan")))[2]
+    assert "contains NaN or infinity" in nan
