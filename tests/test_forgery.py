@@ -306,8 +306,9 @@ ATTACKS = {
             from posenc_lesson.tasks.permutation import _equivariant
 
 
-            def is_permutation_equivariant(f, x, perm):
-                return _equivariant(f, x, perm)
+            def first_order_leak(x, *layers):
+                perm = torch.arange(x.shape[0]).flip(0)
+                return next(n for n, f in enumerate(layers) if not _equivariant(f, x, perm))
             """),
     }),
     "disguised_tables": ("02_sinusoidal_encoding", {

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import torch
 
-from posenc_lesson.tasks import TASKS, outputs_of, score
+from posenc_lesson.tasks import TASKS, assess, outputs_of, score
 from posenc_lesson.tasks import relative as topic
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,90 +36,126 @@ def _solution(task_id):
     return ns[TASKS[task_id].entry]
 
 
-# ------------------------------------------------------------------ 05_clipped_index
+# ------------------------------------------------------------------ 05_cache_rows
 
 
-def _pairs(q_len, k_len, q_offset):
-    return torch.arange(k_len)[None, :] - (torch.arange(q_len)[:, None] + q_offset)  # (Tq, Tk): j - i
+def _counts(q_len, k_len, k, *, q_pos=None, keep="cache", sign=1, clip=None, marks=False):
+    """A learner's rows_read, with one thing wrong at a time."""
+    q_pos = torch.arange(k_len - q_len, k_len) if q_pos is None else q_pos  # the queries' positions
+    offset = torch.arange(k_len)[None, :] - q_pos[:, None]  # (Tq, Tk)
+    mask = {"cache": offset <= 0, "all": offset == offset,
+            "top_left": torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None]}[keep]
+    c = k if clip is None else clip
+    rows = (sign * offset).clamp(-c, c) + k
+    counts = torch.bincount(rows[mask], minlength=2 * k + 1)
+    return (counts > 0).long() if marks else counts
 
 
-INDEX_WRONG = [
-    (lambda q, kl, k, o: (-_pairs(q, kl, o)).clamp(-k, k) + k, "i - j (query minus key)"),
-    (lambda q, kl, k, o: _pairs(q, kl, o).clamp(-k, k), "rows 0 .. 2k"),
-    (lambda q, kl, k, o: _pairs(q, kl, o) + k, "not clipped"),
-    (lambda q, kl, k, o: torch.clamp(_pairs(q, kl, o), -(k - 1), k - 1) + k, "[-(k - 1), k - 1]"),
-    (lambda q, kl, k, o: _pairs(q, kl, 0).clamp(-k, k) + k, "you ignore q_offset"),
-    (lambda q, kl, k, o: (_pairs(q, kl, 0) + o).clamp(-k, k) + k, "q_offset has the wrong sign"),
-    (lambda q, kl, k, o: (_pairs(q, kl, o).clamp(-k, k) + k).T, "transposed"),
+ROWS_WRONG = [
+    (lambda q, kl, k: _counts(q, kl, k, keep="all"), "the masked ones too"),
+    (lambda q, kl, k: _counts(q, kl, k, keep="top_left"), "aligned at the top left"),
+    (lambda q, kl, k: _counts(q, kl, k, q_pos=torch.arange(q), keep="top_left"),
+     "at the start of the sequence"),
+    (lambda q, kl, k: _counts(q, kl, k, q_pos=torch.arange(kl, kl + q)), "after all k_len keys"),
+    (lambda q, kl, k: _counts(q, kl, k, sign=-1), "mirrored"),
+    (lambda q, kl, k: _counts(q, kl, k, clip=k - 1), "[-(k - 1), k - 1]"),
+    (lambda q, kl, k: _counts(q, kl, k, marks=True), "(0 or 1)"),
 ]
 
 
-@pytest.mark.parametrize(("wrong", "diagnosis"), INDEX_WRONG, ids=[d for _, d in INDEX_WRONG])
-def test_clipped_index_mistakes_are_named(wrong, diagnosis):
-    points, max_points, feedback = _grade("05_clipped_index", wrong)
+@pytest.mark.parametrize(("wrong", "diagnosis"), ROWS_WRONG, ids=[d for _, d in ROWS_WRONG])
+def test_cache_rows_mistakes_are_named(wrong, diagnosis):
+    points, max_points, feedback = _grade("05_cache_rows", wrong)
     assert points < max_points
     assert diagnosis in feedback, feedback
     assert "\nHint: " in feedback
 
 
-def test_clipped_index_as_float_or_int32_still_passes():
-    right = _solution("05_clipped_index")
-    for dtype in (torch.int32, torch.float32):
-        assert _grade("05_clipped_index", lambda *a, d=dtype: right(*a).to(d))[0] == 2
+def test_cache_rows_one_step_over_a_cache_is_what_the_explanation_says():
+    assert _solution("05_cache_rows")(1, 12, 4).tolist() == [8, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert topic._rows_ref(1, 12, 4).tolist() == [8, 1, 1, 1, 1, 0, 0, 0, 0]
 
 
-# ------------------------------------------------------------------ 05_shaw_scores
+def test_cache_rows_as_a_list_or_float_still_passes():
+    right = _solution("05_cache_rows")
+    assert _grade("05_cache_rows", lambda *a: right(*a).float())[0] == 2
+    assert _grade("05_cache_rows", lambda *a: right(*a).tolist())[0] == 2
 
 
-def _scores(q, k, table, m, *, mirror=False, shift=True, scale="all", content=True, position=True):
+# ------------------------------------------------------------------ 05_shaw_bug
+
+
+def _port(q, k, table, m, bug):
+    """A colleague's Shaw scores with one bug, written the way a port gets it wrong."""
     t_q, t_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
     rel = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]
-    rel = (-rel if mirror else rel).clamp(-m, m)
-    a_k = table[rel + m if shift else rel]  # negative rows wrap around in torch, as a learner sees
-    c = q @ k.transpose(-2, -1) if content else 0
-    p = torch.einsum("...id,ijd->...ij", q, a_k) if position else 0
-    if scale == "all":
-        return (c + p) / math.sqrt(d_h)
-    return c / math.sqrt(d_h) + p if scale == "content" else c + p
+    rel = (-rel if bug == "index_mirrored" else rel).clamp(-m, m)
+    a_k = table[rel if bug == "index_not_shifted" else rel + m]
+    c = 0 if bug == "content_missing" else q @ k.transpose(-2, -1)
+    p = 0 if bug == "table_unused" else torch.einsum("...id,ijd->...ij", q, a_k)
+    if bug == "not_scaled":
+        return c + p
+    if bug == "relative_term_unscaled":
+        return c / math.sqrt(d_h) + p
+    scores = (c + p) / math.sqrt(d_h)
+    return scores.softmax(-1) if bug == "returned_weights" else scores
 
 
-SHAW_WRONG = [
-    (lambda q, k, t, m: _scores(q, k, t, m, scale="none"), "not divided by sqrt(Dh)"),
-    (lambda q, k, t, m: _scores(q, k, t, m, scale="content"), "added unscaled"),
-    (lambda q, k, t, m: _scores(q, k, t, m, mirror=True), "indexed with i - j"),
-    (lambda q, k, t, m: _scores(q, k, t, m, shift=False), "without + k"),
-    (lambda q, k, t, m: _scores(q, k, t, m, position=False), "key table is never used"),
-    (lambda q, k, t, m: _scores(q, k, t, m, content=False), "content term q_i . k_j is missing"),
-    (lambda q, k, t, m: _scores(q, k, t, m).softmax(-1), "attention weights"),
-]
+BUGS = ["not_scaled", "relative_term_unscaled", "index_mirrored", "index_not_shifted", "table_unused",
+        "content_missing", "returned_weights"]
 
 
-@pytest.mark.parametrize(("wrong", "diagnosis"), SHAW_WRONG, ids=[d for _, d in SHAW_WRONG])
-def test_shaw_scores_mistakes_are_named(wrong, diagnosis):
-    points, max_points, feedback = _grade("05_shaw_scores", wrong)
-    assert points < max_points
-    assert diagnosis in feedback, feedback
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_case_is_the_port_bug_it_says_and_only_that_one(seed):
+    from posenc_lesson.tasks import relative_questions as questions
+
+    cases = questions._shaw_cases(seed)
+    assert len(cases) == (7 if seed == 0 else 5) and repr(cases) == repr(questions._shaw_cases(seed))
+    labels = [questions._shaw_bug_ref(*case) for case in cases]
+    assert len(set(labels)) == len(labels)  # a bug at most once per notebook
+    if seed == 0:
+        assert sorted(labels) == sorted(BUGS)
+    for (q, k, table, m, scores), label in zip(cases, labels, strict=True):
+        fits = [b for b in BUGS if torch.allclose(scores.double(), _port(q, k, table, m, b).double(),
+                                                  rtol=1e-4, atol=1e-5)]
+        assert fits == [label]
+        assert min(q.shape[-2], k.shape[-2]) >= 3 and table.shape == (2 * m + 1, q.shape[-1])
 
 
-def test_shaw_scores_unclipped_index_reports_the_index_error():
-    def unclipped(q, k, table, m):
-        rel = torch.arange(k.shape[-2])[None, :] - torch.arange(q.shape[-2])[:, None]
-        a_k = table[rel + m]  # offsets past +-k fall off the table
-        return (q @ k.transpose(-2, -1) + torch.einsum("...id,ijd->...ij", q, a_k)) / math.sqrt(q.shape[-1])
+@pytest.mark.parametrize("said", BUGS)
+def test_a_wrong_label_gets_the_misreading_of_that_label(said):
+    from posenc_lesson.tasks import relative_questions as questions
 
-    points, _, feedback = _grade("05_shaw_scores", unclipped)
-    assert points < 3
-    assert "your code raised «IndexError" in feedback and "clip(j - i, -k, k) + k" in feedback
+    cases = TASKS["05_shaw_bug"].cases()
+    truth = [questions._shaw_bug_ref(*case) for case in cases]
+    result = assess("05_shaw_bug", [said] * len(cases))
+    assert result.points == pytest.approx(3 / 7, abs=0.01)  # right once: every bug is in the visible cases
+    wrong = {"not_scaled": "not_scaled", "relative_term_unscaled": "relative_unscaled",
+             "index_mirrored": "mirrored", "index_not_shifted": "not_shifted", "table_unused": "table_unused",
+             "content_missing": "content_missing", "returned_weights": "weights"}[said]
+    assert result.mistake == f"relative.shaw_misread_{wrong}"
+    assert result.case_mistakes == [None if t == said else result.mistake for t in truth]
+    assert said in result.feedback and "\nHint: " in result.feedback
 
 
-def test_shaw_scores_may_use_the_library_index():
-    def with_library_index(q, k, table, m):
+def test_shaw_bug_labels_any_case_and_rejects_what_is_not_a_label():
+    right = _solution("05_shaw_bug")
+    assert _grade("05_shaw_bug", lambda *a: " " + right(*a).upper())[0] == 3
+    points, _, feedback = _grade("05_shaw_bug", lambda *a: "scaled")
+    assert points == 0 and "expected one of the labels" in feedback
+
+
+def test_shaw_bug_may_use_the_library_index_but_not_shaw_attention():
+    assert _grade("05_shaw_bug", _solution("05_shaw_bug"))[0] == 3
+
+    def with_attention(q, k, table, m, scores):
         import posenc_lesson
-        idx = posenc_lesson.shaw_relative_index(q.shape[-2], k.shape[-2], max_distance=m)
-        a_k = table[idx]
-        return (q @ k.transpose(-2, -1) + torch.einsum("...id,ijd->...ij", q, a_k)) / math.sqrt(q.shape[-1])
+        posenc_lesson.shaw_attention(q, k, k, table[posenc_lesson.shaw_relative_index(
+            q.shape[-2], k.shape[-2], max_distance=m)], table[:1].expand(q.shape[-2], k.shape[-2], -1))
+        return "not_scaled"
 
-    assert _grade("05_shaw_scores", with_library_index)[0] == 3
+    points, _, feedback = _grade("05_shaw_bug", with_attention)
+    assert points == 0 and "shaw_attention" in feedback
 
 
 # ------------------------------------------------------------------ 05_t5_bucket
@@ -209,9 +245,15 @@ def test_using_a_private_helper_of_the_library_counts_as_calling_it():
 # ------------------------------------------------------------------ fresh inputs (hidden-test ready)
 
 
+def _shaw_cases_of_five(seed):
+    from posenc_lesson.tasks import relative_questions as questions
+
+    return questions._shaw_cases(seed) if seed else questions._shaw_cases(0)[:5]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize(("task_id", "make_cases"), [
-    ("05_clipped_index", topic._index_cases), ("05_shaw_scores", topic._shaw_cases),
+    ("05_cache_rows", topic._rows_cases), ("05_shaw_bug", _shaw_cases_of_five),
     ("05_t5_bucket", topic._bucket_cases), ("05_fix_t5_bucket", topic._bucket_cases)])
 def test_solutions_pass_on_freshly_drawn_cases(task_id, make_cases, seed):
     cases = make_cases(seed)
@@ -225,11 +267,8 @@ def test_solutions_pass_on_freshly_drawn_cases(task_id, make_cases, seed):
 
 def test_drawn_cases_respect_the_stated_constraints():
     for seed in range(20):
-        for q_len, k_len, k, q_offset in topic._index_cases(seed):
-            assert q_len >= 1 and k_len >= 1 and k >= 1 and q_offset >= 0
-        for q, k, table, m in topic._shaw_cases(seed):
-            assert q.shape[:-2] == k.shape[:-2] and q.shape[-1] == k.shape[-1] == table.shape[-1]
-            assert table.shape[0] == 2 * m + 1
+        for q_len, k_len, k in topic._rows_cases(seed):
+            assert 1 <= q_len <= k_len and k >= 1
         for rel, bidirectional, num_buckets, max_distance in topic._bucket_cases(seed):
             assert rel.dtype == torch.int64 and isinstance(bidirectional, bool)
             per_dir = num_buckets // 2 if bidirectional else num_buckets

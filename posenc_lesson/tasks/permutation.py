@@ -1,10 +1,10 @@
 """Lesson 01's tasks (exercises/01_permutation_equivariance.ipynb): attention by hand, the
-softmax-axis bug, and the permutation check that shows attention needs positions.
+softmax-axis bug, and the permutation check: find the layer of a stack that leaks order.
 
 Every case list comes from a ``_*_cases(seed)`` function: seed 0 gives the visible cases, any
-other seed fresh inputs of the same kind (``Task.hidden``). The permutation check's functions
-are inputs, from ``given``: its hidden cases draw five of nine, with a new random permutation
-(never its own inverse) and new random tokens each.
+other seed fresh inputs of the same kind (``Task.hidden``). The permutation check's layers are
+inputs, from ``given``: its hidden cases draw four new stacks (which layer leaks first, and which
+order-keeping layers come before it) and new random tokens each.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .judges import (
     diagnoses,
     draw,
     feedback,
+    pick,
     randn,
     sdpa,
     seeded,
@@ -86,27 +87,37 @@ register(Task(
 ))
 
 
-# ---- the permutation check ------------------------------------------------------------
+# ---- the permutation check: find the layer that leaks order ---------------------------------
 
-_PERM = torch.tensor([2, 0, 5, 1, 3, 4])  # not its own inverse, so the direction matters
+# Layers that keep equivariance (each may still look suspicious) and layers that leak order.
+_KEEP = (given.self_attention, given.rms_norm, given.token_mlp, given.centred)
+_LEAK = (given.causal_self_attention, given.attention_with_positions, given.running_mean,
+         given.shift_right, given.with_position_ramp)
+_VISIBLE_STACKS = (
+    (given.rms_norm, given.self_attention, given.causal_self_attention, given.token_mlp),
+    (given.token_mlp, given.centred, given.shift_right, given.running_mean),
+    (given.self_attention, given.attention_with_positions, given.rms_norm),
+    (given.centred, given.self_attention, given.with_position_ramp, given.causal_self_attention),
+)
 
 
 def _permutation_cases(seed: int = 0) -> list[tuple]:
-    """(f, x (T, D), perm (T,)): the five functions of the statement (seed 0), or five of
-    ``given.CATALOGUE`` with fresh tokens and a fresh permutation that is not its own inverse."""
+    """(x (T, D), *layers): a sample input, then a stack of ``given`` layers, applied in order (one
+    argument each: the watch lets the answer call the ``given`` functions a case holds). Layer 0
+    keeps equivariance, and so does every layer before the first leak; after ``shift_right`` as the
+    first leak comes another leak (so that a test with a cyclic shift alone still finds one)."""
     if seed == 0:
         g = seeded(102)
-        return [(f, randn(g, 6, 4), _PERM.clone()) for f in given.VISIBLE]
+        return [(randn(g, 6, 4), *stack) for stack in _VISIBLE_STACKS]
     g = seeded(seed)
-    names = sorted(given.CATALOGUE)
-    chosen = torch.randperm(len(names), generator=g)[:5].tolist()
     cases = []
-    for n in chosen:
-        t, d = draw(g, 4, 9), 2 * draw(g, 1, 4)
-        perm = torch.randperm(t, generator=g)
-        while bool((perm[perm] == torch.arange(t)).all()):
-            perm = torch.randperm(t, generator=g)
-        cases.append((given.CATALOGUE[names[n]], randn(g, t, d), perm))
+    for n in range(4):
+        before = [pick(g, _KEEP) for _ in range(draw(g, 1, 3))]
+        leak = given.shift_right if n == 0 else pick(g, _LEAK)
+        after = [pick(g, _KEEP + _LEAK) for _ in range(draw(g, 0, 2))]
+        if leak is given.shift_right:
+            after.insert(draw(g, 0, len(after)), pick(g, [f for f in _LEAK if f is not given.shift_right]))
+        cases.append((randn(g, draw(g, 4, 9), 2 * draw(g, 1, 4)), *before, leak, *after))
     return cases
 
 
@@ -114,64 +125,138 @@ def _equivariant(f: Callable, x: Tensor, perm: Tensor) -> bool:
     return bool(torch.allclose(f(x[perm]), f(x)[perm], rtol=RTOL, atol=ATOL))
 
 
-_NOT_PERMUTED_ALIKE = ("your answers match comparing f(x[perm]) with an output that is not permuted "
-                       "the same way: f(x) unpermuted, or f(x) permuted with the inverse permutation.")
-# (the answer this wrong comparison gives, diagnosis, hint, id)
-_PERMUTATION_MISTAKES: list[tuple[Callable[[Callable, Tensor, Tensor], bool], str, str, str]] = [
-    (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x)[torch.argsort(p)], rtol=RTOL, atol=ATOL)),
-     _NOT_PERMUTED_ALIKE,
-     "an equivariant f moves its output rows along with the input rows: apply the same perm to "
-     "both sides, f(x[perm]) versus f(x)[perm].", "permutation.not_permuted_alike"),
-    (lambda f, x, p: bool(torch.allclose(f(x[p]), f(x), rtol=RTOL, atol=ATOL)),
-     _NOT_PERMUTED_ALIKE,
-     "an equivariant f moves its output rows along with the input rows: apply the same perm to "
-     "both sides, f(x[perm]) versus f(x)[perm].", "permutation.not_permuted_alike"),
-    (lambda f, x, p: bool(torch.equal(f(x[p]), f(x)[p])),
-     "your answers match an exact comparison (==): sums taken in a different order differ in "
-     "the last bits.",
-     "compare floats with a tolerance: torch.allclose(a, b, atol=1e-5).", "permutation.exact_comparison"),
+def _test_perms(t: int) -> list[Tensor]:
+    """Three permutations of t tokens, none the identity, its own inverse or a cyclic shift."""
+    g, perms = seeded(7_000 + t), []
+    shifts = [torch.roll(torch.arange(t), s) for s in range(t)]
+    while len(perms) < 3:
+        p = torch.randperm(t, generator=g)
+        if not bool((p[p] == torch.arange(t)).all()) and not any(torch.equal(p, s) for s in shifts):
+            perms.append(p)
+    return perms
+
+
+def _first(x: Tensor, layers: tuple, leaks: Callable[[Callable, Tensor, Tensor], bool],
+           perms: list[Tensor] | None = None) -> int:
+    """The index of the first layer ``leaks`` flags for some permutation (-1 if none)."""
+    perms = _test_perms(x.shape[-2]) if perms is None else perms
+    return next((n for n, f in enumerate(layers) if any(leaks(f, x, p) for p in perms)), -1)
+
+
+def _first_leak(x: Tensor, *layers: Callable) -> int:
+    return _first(x, layers, lambda f, x, p: not _equivariant(f, x, p))
+
+
+# A wrong test a learner writes, as (f, x, perm) -> "this layer leaks": (the test, diagnosis, hint, id)
+_LEAK_TESTS: list[tuple[Callable[[Callable, Tensor, Tensor], bool], str, str, str]] = [
+    (lambda f, x, p: not bool(torch.allclose(f(x[p]), f(x), rtol=RTOL, atol=ATOL)),
+     "your answers match a test that compares f(x[perm]) with an output not permuted the same way "
+     "(f(x) itself, or f(x) permuted with the inverse permutation): every layer that mixes or moves "
+     "tokens fails that test, the first one included.",
+     "an order-blind layer moves its output rows along with its input rows: permute both sides with "
+     "the same perm.", "permutation.not_permuted_alike"),
+]
+_CYCLIC = ("your answers match a test with a cyclic shift only (torch.roll): a layer that shifts the "
+           "tokens by one commutes with every cyclic shift, so that test misses it.",
+           "use a permutation that is not a rotation of the sequence (or several random ones).",
+           "permutation.cyclic_shift_only")
+# Why a learner flags a layer that keeps equivariance: (the layers, diagnosis, hint, id)
+_SUSPECTS = [
+    ((given.self_attention, given.centred),
+     "you flagged a layer that mixes the tokens but keeps equivariance (plain self-attention, or "
+     "subtracting the mean token): a shuffle of its input only shuffles its output (lesson 01, "
+     "section 2). A test with == flags it too: it adds the same numbers in another order, and the "
+     "last bits differ.",
+     "mixing tokens is not using their order; and compare floats with a tolerance, e.g. atol=1e-5.",
+     "permutation.mixing_layer_flagged"),
+    ((given.rms_norm, given.token_mlp),
+     "you flagged a layer that acts on each token alone: it cannot see where a token sits.",
+     "per-token layers (norms, MLPs) keep equivariance (lesson 01, section 2's encoder layer).",
+     "permutation.per_token_flagged"),
 ]
 
 
-@diagnoses(*dict.fromkeys(m[3] for m in _PERMUTATION_MISTAKES))
+def _index(out: object) -> int | None:
+    if isinstance(out, bool):
+        return None
+    if isinstance(out, int):
+        return out
+    if isinstance(out, Tensor) and out.numel() == 1 and not out.is_floating_point() and not out.is_complex() \
+            and out.dtype != torch.bool:
+        return int(out.item())
+    return None
+
+
+@diagnoses(*(m[3] for m in _LEAK_TESTS), _CYCLIC[2], *(s[3] for s in _SUSPECTS),
+           "permutation.not_the_first_leak")
 def _judge_permutation(outputs: list, cases: list) -> Judged:
-    refs = [_equivariant(*case) for case in cases]
-    got: list[bool | None] = []
-    for out in outputs:
-        if isinstance(out, bool):
-            got.append(out)
-        elif isinstance(out, Tensor) and out.numel() == 1 and not out.is_complex():
-            got.append(bool(out.item()))
-        else:
-            got.append(None)
-    if got == refs:
-        return Judged(1.0, f"passed: all {len(cases)} functions classified correctly.", None)
+    refs = [_first_leak(*case) for case in cases]
+    got = [_index(out) for out in outputs]
+    right = [g == r for g, r in zip(got, refs, strict=True)]
+    if all(right):
+        return Judged(1.0, f"passed: the first leaking layer found in all {len(cases)} stacks.", None,
+                      [None] * len(cases))
+    fraction = sum(right) / len(cases)
     for n, out in enumerate(outputs):
         if is_marker(out, "error"):
-            return Judged(0.0, feedback(f"your code raised {out['error']}\n  for f={describe(cases[n][0])}.",
-                                        "index the token axis: x[perm] permutes the rows of a (T, D) x."),
-                          "generic.error")
+            return Judged(fraction, feedback(f"your code raised {out['error']}\n  on the stack "
+                                             f"{_stack_text(cases[n][1:])}.",
+                                             "x[perm] reorders the rows (tokens) of a (T, D) x."),
+                          "generic.error", [None if r else "generic.error" for r in right])
         if got[n] is None:
-            return Judged(0.0, feedback(f"expected True or False, got {type_text(out)} for "
-                                        f"f={describe(cases[n][0])}.",
-                                        "return a bool, e.g. bool(torch.allclose(a, b, atol=1e-5))."),
+            return Judged(fraction, feedback(f"expected a layer's index (an int), got {type_text(out)} for "
+                                             f"the stack {_stack_text(cases[n][1:])}.",
+                                             "return the 0-based index of the first leaking layer."),
                           "generic.wrong_type")
-    for rule, diagnosis, hint, mistake in _PERMUTATION_MISTAKES:
-        if got == [rule(*case) for case in cases]:
-            return Judged(0.0, feedback(diagnosis, hint), mistake)
-    wrong = [describe(cases[n][0]) for n in range(len(cases)) if got[n] != refs[n]]
-    return Judged(0.0, feedback(f"wrong answer for f = {', '.join(wrong)}.",
-                                "permute the tokens of x, apply f, and compare with f(x) permuted the "
-                                "same way, with a tolerance."), "generic.wrong_unknown")
+    for test, diagnosis, hint, mistake in _LEAK_TESTS:
+        if got == [_first(case[0], case[1:], test) for case in cases]:
+            return Judged(fraction, feedback(diagnosis, hint), mistake,
+                          [None if r else mistake for r in right])
+    cyclic = [_first(case[0], case[1:], lambda f, x, p: not _equivariant(f, x, p),
+                     [torch.roll(torch.arange(case[0].shape[-2]), 1)]) for case in cases]
+    per_case: list[str | None] = []
+    said: dict[str, tuple[str, str]] = {}
+    for n, (x, *layers) in enumerate(cases):
+        g, mistake = got[n], None
+        if right[n]:
+            per_case.append(None)
+            continue
+        if g == cyclic[n]:
+            mistake, said[_CYCLIC[2]] = _CYCLIC[2], _CYCLIC[:2]
+        elif g is not None and 0 <= g < refs[n]:
+            for suspects, diagnosis, hint, sid in _SUSPECTS:
+                if layers[g] in suspects:
+                    mistake, said[sid] = sid, (diagnosis, hint)
+        elif g is not None and g > refs[n] and g < len(layers) and not _equivariant_all(layers[g], x):
+            mistake = "permutation.not_the_first_leak"
+            said[mistake] = ("you returned a layer that leaks order, but an earlier one leaks already.",
+                             "test the layers in order and stop at the first that fails.")
+        per_case.append(mistake or "generic.wrong_unknown")
+    named = [m for m in per_case if m in said]
+    if named:
+        main = max(dict.fromkeys(named), key=named.count)
+        return Judged(fraction, feedback(said[main][0], said[main][1]), main, per_case)
+    return Judged(fraction, feedback("wrong layer for the stacks " + ", ".join(
+        _stack_text(cases[n][1:]) for n in range(len(cases)) if not right[n]) + ".",
+        "test each layer: shuffle the rows of its input, and compare its output with the same shuffle of "
+        "the output it gave before, with a tolerance."), "generic.wrong_unknown", per_case)
+
+
+def _equivariant_all(f: Callable, x: Tensor) -> bool:
+    return all(_equivariant(f, x, p) for p in _test_perms(x.shape[-2]))
+
+
+def _stack_text(layers: tuple) -> str:
+    return "[" + ", ".join(describe(f) for f in layers) + "]"
 
 
 register(Task(
     id="01_permutation_check",
-    kind="implement",
-    title="The permutation check",
+    kind="diagnose",
+    title="Diagnose: the layer that leaks order",
     points=2,
-    entry="is_permutation_equivariant",
-    forbidden=("posenc_lesson.tasks.permutation._equivariant",),
+    entry="first_order_leak",
+    forbidden=("posenc_lesson.tasks.permutation._equivariant", "posenc_lesson.tasks.permutation._first_leak"),
     cases=_permutation_cases,
     run=call,
     judge=_judge_permutation,

@@ -1,6 +1,7 @@
-"""Lesson 05's tasks (exercises/05_relative_position.ipynb): Shaw et al.'s clipped index, Shaw
-scores with the key table, T5's bucket function, and a T5 bucket ported with the sign flipped.
-The lesson's diagnosis task and concept questions are in relative_questions.py.
+"""Lesson 05's tasks (exercises/05_relative_position.ipynb): the rows of Shaw et al.'s key table one
+cached decoding step reads, T5's bucket function, and a T5 bucket ported with the sign flipped.
+The lesson's diagnosis tasks (which bug made a colleague's Shaw scores, the first distance whose T5
+bucket never trained) and its concept questions are in relative_questions.py.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random shapes drawn from the task's stated constraints; another
@@ -17,11 +18,11 @@ import torch
 from torch import Tensor
 
 from .. import relative as _relative
-from .judges import Mistake, call, diagnoses, seeded, tensor_judge
+from .judges import Mistake, call, diagnoses, draw, seeded, tensor_judge
 from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
-# 05_clipped_index: clip(j - (i + q_offset), -k, k) + k
+# 05_cache_rows: which rows of Shaw's key table one decoding step with a KV cache reads
 # --------------------------------------------------------------------------------------
 
 _INDEX_FORBIDDEN = ("posenc_lesson.shaw_relative_index", "posenc_lesson.relative_positions",
@@ -35,168 +36,84 @@ def _offsets(q_len: int, k_len: int, q_offset: int, *, sign: int = 1, query_shif
     return sign * (j - i)  # (Tq, Tk)
 
 
-def _index_ref(q_len: int, k_len: int, max_distance: int, q_offset: int = 0) -> Tensor:
-    return _relative.shaw_relative_index(q_len, k_len, max_distance=max_distance, q_offset=q_offset)
+def _rows_ref(q_len: int, k_len: int, max_distance: int) -> Tensor:
+    """Through the library: its index at q_offset = k_len - q_len, the pairs the causal mask keeps."""
+    q_offset = k_len - q_len
+    idx = _relative.shaw_relative_index(q_len, k_len, max_distance=max_distance, q_offset=q_offset)
+    keep = _relative.relative_positions(q_len, k_len, q_offset=q_offset) <= 0  # (Tq, Tk): key at or before
+    return torch.bincount(idx[keep], minlength=2 * max_distance + 1)  # (2k + 1,)
 
 
-def _index_cases(seed: int = 0) -> list[tuple]:
+def _rows(q_len: int, k_len: int, k: int, *, q_offset: int | None = None, mask: str = "cache",
+          sign: int = 1, clip: int = 0, presence: bool = False) -> Tensor:
+    """The counts, and the wrong versions real mistakes give. (2k + 1,)"""
+    q_offset = k_len - q_len if q_offset is None else q_offset
+    rel = _offsets(q_len, k_len, q_offset)  # (Tq, Tk): j - (i + q_offset)
+    keep = {"cache": rel <= 0, "none": torch.ones_like(rel, dtype=torch.bool),
+            "top_left": torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None]}[mask]
+    idx = (sign * rel).clamp(-(k - clip), k - clip) + k  # (Tq, Tk)
+    counts = torch.bincount(idx[keep], minlength=2 * k + 1)
+    return (counts > 0).long() if presence else counts
+
+
+def _rows_cases(seed: int = 0) -> list[tuple]:
+    """(q_len, k_len, max_distance): q_len new tokens, k_len keys in all (the cache and the new tokens)."""
     g = seeded(500 + seed)
-    fixed = [(5, 5, 2, 0), (3, 9, 4, 6), (12, 12, 16, 0)]  # square; a KV cache; k past every offset
+    # one token over a cache; a prompt with no cache; a chunk over a cache; k past every offset
+    fixed = [(1, 12, 4), (4, 4, 2), (3, 20, 5), (6, 9, 16)] if seed == 0 else []
     drawn = []
-    for _ in range(3):
-        q_len, k_len = (int(v) for v in torch.randint(2, 14, (2,), generator=g))
-        k = int(torch.randint(1, 7, (1,), generator=g))
-        q_offset = int(torch.randint(0, 6, (1,), generator=g))
-        drawn.append((q_len, k_len, k, q_offset))
+    for _ in range(2 if seed == 0 else 6):
+        q_len = draw(g, 2, 8)
+        drawn.append((q_len, q_len + draw(g, 1, 30), draw(g, 1, 12)))
     return fixed + drawn
 
 
-_INDEX_MISTAKES = [
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o, sign=-1).clamp(-k, k) + k,
-            "your offsets are i - j (query minus key); Shaw et al. and T5 use j - i, key minus "
-            "query, so that a key in the past has a negative offset and lands in the low rows.",
-            "offset = key position - query position = j - (i + q_offset).",
-            id="relative.offset_sign_flipped"),
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o).clamp(-k, k),
-            "your values are the clipped offsets themselves, in [-k, k]; the table has rows 0 .. 2k.",
-            "shift by + k after clipping: row 0 is offset -k, row k the token itself, row 2k offset +k.",
-            id="relative.index_not_shifted"),
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o) + k,
-            "the offsets are not clipped: a key more than k tokens away gets a row the table does not "
-            "have.",
-            "clamp j - i to [-k, k] (torch.clamp or .clamp(-k, k)) before adding k.",
-            id="relative.offsets_not_clipped"),
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o).clamp(-(k - 1), k - 1) + k,
-            "you clip to [-(k - 1), k - 1]: offsets -k and +k get no row of their own.",
-            "the clip is inclusive, clip(j - i, -k, k): 2k + 1 rows.", id="relative.clipped_too_narrow"),
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o, query_shift=0).clamp(-k, k) + k,
-            "you ignore q_offset: query row i sits at position i + q_offset (the tokens cached "
-            "before the queries).",
-            "use j - (i + q_offset).", id="relative.ignores_q_offset"),
-    Mistake(lambda q, kl, k, o: _offsets(q, kl, o, query_shift=-1).clamp(-k, k) + k,
-            "q_offset has the wrong sign: query row i sits at position i + q_offset, so its offset "
-            "to key j is j - i - q_offset.",
-            "add q_offset to the query positions, not to the keys.", id="relative.q_offset_sign_flipped"),
-    Mistake(lambda q, kl, k, o: (_offsets(q, kl, o).clamp(-k, k) + k).T,
-            "your index is transposed: shape (k_len, q_len).",
-            "one row per query, one column per key: shape (q_len, k_len).", id="relative.index_transposed"),
+_ROWS_MISTAKES = [
+    Mistake(lambda q, kl, k: _rows(q, kl, k, mask="none"),
+            "you count every (query, key) pair, the masked ones too: a key after its query is never read "
+            "in a causal decoder.",
+            "keep only the pairs whose key sits at or before its query.", id="relative.rows_mask_ignored"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, mask="top_left"),
+            "your mask keeps key j for query row i when j <= i: the mask of torch's is_causal=True, aligned "
+            "at the top left. With a cache the queries are the newest tokens, not the first ones.",
+            "where does query row i sit when q_len new tokens follow the cached ones?",
+            id="relative.rows_mask_top_left"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, q_offset=0, mask="top_left"),
+            "you place the queries at positions 0 .. q_len - 1, at the start of the sequence; they are "
+            "the q_len newest tokens of k_len.",
+            "the queries are the last q_len positions of 0 .. k_len - 1.",
+            id="relative.rows_queries_at_start"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, q_offset=kl),
+            "you place the queries after all k_len keys; k_len counts the new tokens too (the cache "
+            "plus the queries), so each query is also a key, at offset 0.",
+            "the newest query is the last key, position k_len - 1.", id="relative.rows_queries_after_cache"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, sign=-1),
+            "your counts are mirrored: you index with i - j (query minus key), so past keys land in the "
+            "rows of the future.", "row 0 is 'k or more tokens back': offset j - i = -k.",
+            id="relative.rows_offset_sign_flipped"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, clip=1),
+            "you clip to [-(k - 1), k - 1]: row 0 (and row 2k) is never read, and its keys land one row "
+            "further in.", "the clip is inclusive: offsets -k .. k, 2k + 1 rows.",
+            id="relative.rows_clipped_too_narrow"),
+    Mistake(lambda q, kl, k: _rows(q, kl, k, presence=True),
+            "you marked which rows are read (0 or 1); the task asks how many pairs read each row.",
+            "count the pairs per row (torch.bincount, or a sum over a one-hot).",
+            id="relative.rows_presence_not_count"),
 ]
 
 register(Task(
-    id="05_clipped_index",
-    kind="implement",
-    title="Shaw's clipped relative index",
+    id="05_cache_rows",
+    kind="derive",
+    title="Derive: the rows of Shaw's table one cached decoding step reads",
     points=2,
-    entry="clipped_index",
+    entry="rows_read",
     forbidden=_INDEX_FORBIDDEN,
-    cases=_index_cases,
-    hidden=_index_cases,
+    cases=_rows_cases,
+    hidden=_rows_cases,
     run=call,
-    judge=tensor_judge(_index_ref, _INDEX_MISTAKES, ("q_len", "k_len", "max_distance", "q_offset"),
-                       "index[i, j] = clip(j - (i + q_offset), -k, k) + k, an integer tensor of shape "
-                       "(q_len, k_len) with values in 0 .. 2k."),
-))
-
-# --------------------------------------------------------------------------------------
-# 05_shaw_scores: e_ij = (q_i . k_j + q_i . w^K[clip(j - i, -k, k) + k]) / sqrt(Dh)
-# --------------------------------------------------------------------------------------
-
-_SHAW_FORBIDDEN = ("posenc_lesson.shaw_attention", "posenc_lesson.ShawRelativePositions",
-                   "posenc_lesson.relative._check_table")
-
-
-def _shaw_scores(q: Tensor, k: Tensor, key_table: Tensor, max_distance: int, *, index_sign: int = 1,
-                 shift: bool = True, scale: str = "all", content: bool = True, relative: bool = True,
-                 softmax: bool = False) -> Tensor:
-    """Shaw et al.'s scores, and the wrong versions real mistakes produce. (..., Tq, Tk)"""
-    q, k, table = q.double(), k.double(), key_table.double()
-    t_q, t_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
-    rel = (index_sign * _offsets(t_q, t_k, 0)).clamp(-max_distance, max_distance)  # (Tq, Tk)
-    a_k = table[rel + max_distance if shift else rel]  # (Tq, Tk, Dh); negative rows wrap, as in torch
-    content_term = q @ k.transpose(-2, -1) if content else 0.0  # (..., Tq, Tk)
-    rel_term = torch.einsum("...id,ijd->...ij", q, a_k) if relative else 0.0  # (..., Tq, Tk)
-    root = math.sqrt(d_h)
-    if scale == "all":
-        scores = (content_term + rel_term) / root
-    elif scale == "content":
-        scores = content_term / root + rel_term
-    else:
-        scores = content_term + rel_term
-    return scores.softmax(-1) if softmax else scores
-
-
-def _shaw_ref(q: Tensor, k: Tensor, key_table: Tensor, max_distance: int) -> Tensor:
-    """Through the library: its index, its table lookup and its split of eq. 4."""
-    idx = _relative.shaw_relative_index(q.shape[-2], k.shape[-2], max_distance=max_distance)  # (Tq, Tk)
-    a_k = key_table.double()[idx]  # (Tq, Tk, Dh)
-    q, k = q.double(), k.double()
-    return (q @ k.transpose(-2, -1) + torch.einsum("...id,ijd->...ij", q, a_k)) / math.sqrt(q.shape[-1])
-
-
-def _shaw_cases(seed: int = 0) -> list[tuple]:
-    g = seeded(510 + seed)
-    cases = []
-    for shape, k in (((1, 1, 5, 4), 2), ((2, 3, 8, 8), 3), ((2, 2, 6, 16), 8)):
-        q = torch.randn(*shape, generator=g)
-        key = torch.randn(*shape, generator=g)
-        cases.append((q, key, torch.randn(2 * k + 1, shape[-1], generator=g), k))
-    b, h, t_q, t_k = (int(v) for v in torch.randint(1, 4, (2,), generator=g).tolist()
-                      + torch.randint(2, 9, (2,), generator=g).tolist())
-    d_h, k = 2 * int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
-    cases.append((torch.randn(b, h, t_q, d_h, generator=g), torch.randn(b, h, t_k, d_h, generator=g),
-                  torch.randn(2 * k + 1, d_h, generator=g), k))  # Tq and Tk may differ
-    return cases
-
-
-def _shaw(**wrong: Any):
-    return lambda q, k, table, m: _shaw_scores(q, k, table, m, **wrong)
-
-
-_SHAW_MISTAKES = [
-    Mistake(_shaw(scale="none"),
-            "the scores are not divided by sqrt(Dh).",
-            "Shaw et al. keep the Transformer's scaling: divide the whole sum by sqrt(Dh), "
-            "Dh = q.shape[-1].", id="relative.shaw_not_scaled"),
-    Mistake(_shaw(scale="content"),
-            "only q_i . k_j is divided by sqrt(Dh); the relative term q_i . a^K_ij is added unscaled.",
-            "eq. 4 divides the sum: (q_i . k_j + q_i . a^K_ij) / sqrt(Dh).",
-            id="relative.shaw_relative_term_unscaled"),
-    Mistake(_shaw(index_sign=-1),
-            "the table is indexed with i - j: every row is mirrored (the key 2 tokens back reads the "
-            "row of the key 2 tokens ahead).",
-            "the row for the pair (i, j) is clip(j - i, -k, k) + k: key minus query.",
-            id="relative.shaw_index_mirrored"),
-    Mistake(_shaw(shift=False),
-            "the table is indexed with clip(j - i, -k, k) without + k: negative offsets wrap around to "
-            "the end of the table.",
-            "row 0 holds offset -k: index with clip(j - i, -k, k) + k.",
-            id="relative.shaw_index_not_shifted"),
-    Mistake(_shaw(relative=False),
-            "the key table is never used: these are plain attention scores.",
-            "add q_i . a^K_ij, where a^K_ij = key_table[clip(j - i, -k, k) + k].",
-            id="relative.shaw_table_unused"),
-    Mistake(_shaw(content=False),
-            "the content term q_i . k_j is missing: only the position term is left.",
-            "e_ij = (q_i . k_j + q_i . a^K_ij) / sqrt(Dh): both terms.", id="relative.shaw_content_missing"),
-    Mistake(_shaw(softmax=True),
-            "you returned the attention weights (a softmax over the keys), not the scores.",
-            "return e_ij before the softmax.", id="relative.shaw_returned_weights"),
-]
-
-register(Task(
-    id="05_shaw_scores",
-    kind="implement",
-    title="Shaw et al.'s scores with the key table",
-    points=3,
-    entry="shaw_scores",
-    forbidden=_SHAW_FORBIDDEN,
-    cases=_shaw_cases,
-    hidden=_shaw_cases,
-    allowed=("posenc_lesson.shaw_relative_index", "posenc_lesson.relative_positions"),
-    run=call,
-    judge=tensor_judge(_shaw_ref, _SHAW_MISTAKES, ("q", "k", "key_table", "max_distance"),
-                       "e_ij = (q_i . k_j + q_i . key_table[clip(j - i, -k, k) + k]) / sqrt(Dh), shape "
-                       "(..., Tq, Tk), query i at position i and key j at position j."),
+    judge=tensor_judge(_rows_ref, _ROWS_MISTAKES, ("q_len", "k_len", "max_distance"),
+                       "count, for each row of the (2k + 1)-row table, the pairs the causal mask keeps whose "
+                       "offset (key minus query, queries the newest tokens) clips to that row."),
 ))
 
 # --------------------------------------------------------------------------------------

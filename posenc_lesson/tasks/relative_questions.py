@@ -1,6 +1,10 @@
-"""Lesson 05's reading tasks (exercises/05_relative_position.ipynb): a diagnosis task, the first
-distance at which a T5 model meets a bucket it never trained, and two concept questions, what a
-longer input does to a T5 bias and what Shaw's clipping does past k.
+"""Lesson 05's reading tasks (exercises/05_relative_position.ipynb): two diagnosis tasks, which bug
+made a colleague's Shaw scores and the first distance at which a T5 model meets a bucket it never
+trained, and two concept questions, what a longer input does to a T5 bias and what Shaw's clipping
+does past k.
+
+The Shaw task's cases (``_shaw_cases(seed)``) hand the learner q, k, a key table and the scores one
+of seven bugs computed from them, the bug drawn per case, and only that bug matching.
 
 The diagnosis task's cases come from ``_unseen_cases(seed)``: seed 0 the visible ones, any other
 seed fresh hidden configurations within the statement (T5's bucket settings and a training
@@ -13,14 +17,30 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import relative as _relative
+from ..harness.in_kernel import learner_text
 from .concepts import Misconception, choice_judge, question
-from .judges import Mistake, call, draw, seeded, tensor_judge
-from .registry import Task, register
+from .judges import (
+    ATOL,
+    RTOL,
+    Judged,
+    Mistake,
+    call,
+    diagnoses,
+    draw,
+    feedback,
+    randn,
+    seeded,
+    tensor_judge,
+    type_text,
+)
+from .registry import Task, is_marker, register
+from .relative import _offsets
 
 # --------------------------------------------------------------------------------------
 # 05_first_unseen_bucket: the smallest distance whose bucket no training pair reached
@@ -131,6 +151,158 @@ register(Task(
                                                        "bidirectional"),
                        "the buckets training reached are those of distances 0 .. train_len - 1; return "
                        "the smallest distance n >= 1 whose bucket (of offset -n) is not one of them."),
+))
+
+# --------------------------------------------------------------------------------------
+# 05_shaw_bug: which bug produced a colleague's Shaw scores
+# --------------------------------------------------------------------------------------
+
+_SHAW_FORBIDDEN = ("posenc_lesson.shaw_attention", "posenc_lesson.ShawRelativePositions",
+                   "posenc_lesson.relative._check_table",
+                   "posenc_lesson.tasks.relative_questions._shaw_scores",
+                   "posenc_lesson.tasks.relative_questions._shaw_bug_ref")
+
+
+def _shaw_scores(q: Tensor, k: Tensor, key_table: Tensor, max_distance: int, *, index_sign: int = 1,
+                 shift: bool = True, scale: str = "all", content: bool = True, relative: bool = True,
+                 softmax: bool = False) -> Tensor:
+    """Shaw et al.'s scores, and the wrong versions real bugs produce. (..., Tq, Tk)"""
+    q, k, table = q.double(), k.double(), key_table.double()
+    t_q, t_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
+    rel = (index_sign * _offsets(t_q, t_k, 0)).clamp(-max_distance, max_distance)  # (Tq, Tk)
+    a_k = table[rel + max_distance if shift else rel]  # (Tq, Tk, Dh); negative rows wrap, as in torch
+    content_term = q @ k.transpose(-2, -1) if content else 0.0  # (..., Tq, Tk)
+    rel_term = torch.einsum("...id,ijd->...ij", q, a_k) if relative else 0.0  # (..., Tq, Tk)
+    root = math.sqrt(d_h)
+    if scale == "all":
+        scores = (content_term + rel_term) / root
+    elif scale == "content":
+        scores = content_term / root + rel_term
+    else:
+        scores = content_term + rel_term
+    return scores.softmax(-1) if softmax else scores
+
+
+# The bugs (label -> _shaw_scores' knobs), with what a learner who names one wrongly misreads:
+# (label, knobs, diagnosis, hint, id)
+_SHAW_BUGS: list[tuple[str, dict[str, Any], str, str, str]] = [
+    ("not_scaled", {"scale": "none"},
+     "you named 'not_scaled', but these scores are not the right ones times sqrt(Dh).",
+     "divide their scores by the right ones entry by entry: only this bug gives the constant sqrt(Dh).",
+     "relative.shaw_misread_not_scaled"),
+    ("relative_term_unscaled", {"scale": "content"},
+     "you named 'relative_term_unscaled', but their scores minus q_i . a^K_ij (the relative term, "
+     "unscaled) is not q_i . k_j / sqrt(Dh).",
+     "split their scores: subtract the content term / sqrt(Dh) and look at what is left.",
+     "relative.shaw_misread_relative_unscaled"),
+    ("index_mirrored", {"index_sign": -1},
+     "you named 'index_mirrored', but these scores are not what the right formula gives with the key "
+     "table read at clip(i - j, -k, k) + k.",
+     "a mirrored index equals the right scores computed with key_table.flip(0): try it.",
+     "relative.shaw_misread_mirrored"),
+    ("index_not_shifted", {"shift": False},
+     "you named 'index_not_shifted', but these scores are not what the table read at clip(j - i, -k, k) "
+     "(without + k; negative rows wrap to the end) gives.",
+     "an index without + k equals the right scores computed with torch.roll(key_table, k, 0): try it.",
+     "relative.shaw_misread_not_shifted"),
+    ("table_unused", {"relative": False},
+     "you named 'table_unused', but these scores are not plain attention scores q_i . k_j / sqrt(Dh).",
+     "compare their scores with q @ k.transpose(-2, -1) / sqrt(Dh).", "relative.shaw_misread_table_unused"),
+    ("content_missing", {"content": False},
+     "you named 'content_missing', but these scores are not the position term q_i . a^K_ij / sqrt(Dh) "
+     "alone.", "subtract the right scores' content term and compare what is left with theirs.",
+     "relative.shaw_misread_content_missing"),
+    ("returned_weights", {"softmax": True},
+     "you named 'returned_weights', but these rows are not attention weights (a softmax of the right "
+     "scores).", "attention weights are positive and each row sums to 1: check scores.sum(-1).",
+     "relative.shaw_misread_weights"),
+]
+_SHAW_LABELS = {label: knobs for label, knobs, *_ in _SHAW_BUGS}
+
+
+def _shaw_bug_ref(q: Tensor, k: Tensor, key_table: Tensor, max_distance: int, scores: Tensor) -> str:
+    """The one bug whose scores these are (the cases are drawn so that exactly one matches)."""
+    found = [label for label, knobs in _SHAW_LABELS.items()
+             if torch.allclose(scores.double(), _shaw_scores(q, k, key_table, max_distance, **knobs),
+                               rtol=RTOL, atol=ATOL)]
+    if len(found) != 1:
+        raise ValueError(f"a broken case: the scores match {found}")
+    return found[0]
+
+
+def _shaw_cases(seed: int = 0) -> list[tuple]:
+    """(q, k, key_table, max_distance, scores): every bug once (seed 0, in a fixed order), or five of the
+    seven drawn; shapes (B, H, T, Dh) with Tq, Tk >= 3 (they may differ); only one bug matches each."""
+    g = seeded(510 + seed)
+    labels = list(_SHAW_LABELS)
+    drawn = [2, 0, 5, 3, 6, 1, 4] if seed == 0 else torch.randperm(7, generator=g)[:5].tolist()
+    order = [labels[n] for n in drawn]
+    cases = []
+    for label in order:
+        while True:
+            b, h, t_q, t_k = draw(g, 1, 2), draw(g, 1, 3), draw(g, 3, 8), draw(g, 3, 8)
+            d_h, k = 2 * draw(g, 2, 8), draw(g, 1, 4)
+            q, key = randn(g, b, h, t_q, d_h), randn(g, b, h, t_k, d_h)
+            table = randn(g, 2 * k + 1, d_h)
+            scores = _shaw_scores(q, key, table, k, **_SHAW_LABELS[label]).float()
+            case = (q, key, table, k, scores)
+            try:
+                if _shaw_bug_ref(*case) == label:
+                    cases.append(case)
+                    break
+            except ValueError:
+                continue
+    return cases
+
+
+@diagnoses(*(bug[4] for bug in _SHAW_BUGS))
+def _judge_shaw_bug(outputs: list, cases: list) -> Judged:
+    refs = [_shaw_bug_ref(*case) for case in cases]
+    right = [isinstance(out, str) and out.strip().lower() == ref
+             for out, ref in zip(outputs, refs, strict=True)]
+    if all(right):
+        return Judged(1.0, f"passed: the bug named right in all {len(cases)} cases.", None,
+                      [None] * len(cases))
+    fraction = sum(right) / len(cases)
+    by_label = {label: (diagnosis, hint, mid) for label, _, diagnosis, hint, mid in _SHAW_BUGS}
+    per_case: list[str | None] = []
+    for out, ok in zip(outputs, right, strict=True):
+        if ok:
+            per_case.append(None)
+        elif is_marker(out, "error"):
+            per_case.append("generic.error")
+        elif not isinstance(out, str) or out.strip().lower() not in by_label:
+            per_case.append("generic.wrong_type")
+        else:
+            per_case.append(by_label[out.strip().lower()][2])
+    for n, out in enumerate(outputs):
+        if is_marker(out, "error"):
+            return Judged(fraction, feedback(f"your code raised {learner_text(out['error'])} on case {n}.",
+                                             "return one of the seven labels, as a string."),
+                          "generic.error", per_case)
+        if per_case[n] == "generic.wrong_type":
+            shown = repr(out[:40]) if isinstance(out, str) else type_text(out)
+            return Judged(fraction, feedback(f"expected one of the labels {', '.join(map(repr, by_label))}; "
+                                             f"got {shown} for case {n}.", "return the label as a string."),
+                          "generic.wrong_type", per_case)
+    named = [m for m in per_case if m is not None]
+    main = max(dict.fromkeys(named), key=named.count)
+    diagnosis, hint, _ = next(v for v in by_label.values() if v[2] == main)
+    return Judged(fraction, feedback(diagnosis, hint), main, per_case)
+
+
+register(Task(
+    id="05_shaw_bug",
+    kind="diagnose",
+    title="Diagnose: which bug made these Shaw scores",
+    points=3,
+    entry="shaw_bug",
+    forbidden=_SHAW_FORBIDDEN,
+    cases=_shaw_cases,
+    hidden=_shaw_cases,
+    allowed=("posenc_lesson.shaw_relative_index", "posenc_lesson.relative_positions"),
+    run=call,
+    judge=_judge_shaw_bug,
 ))
 
 # --------------------------------------------------------------------------------------
