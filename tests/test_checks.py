@@ -122,8 +122,9 @@ MUTANTS = [
     ("01_attention", "math.sqrt(q.shape[-1])", "q.shape[-1]", "divided by Dh instead of sqrt(Dh)"),
     ("01_attention", " / math.sqrt(q.shape[-1])", "", "not scaled at all"),
     ("01_attention", "return weights @ v", "return weights", "weights, not the output"),
-    ("01_permutation_check", "f(x)[perm]", "f(x)[torch.argsort(perm)]", "not permuted the same way"),
-    ("01_permutation_check", "f(x)[perm]", "f(x)", "not permuted the same way"),
+    ("01_permutation_check", "layer(x)[perm]", "layer(x)[torch.argsort(perm)]", "not permuted the same way"),
+    ("01_permutation_check", "layer(x)[perm]", "layer(x)", "not permuted the same way"),
+    ("01_permutation_check", "atol=1e-5)", "atol=0.0, rtol=0.0)", "A test with == flags it too"),
     ("02_sinusoidal_table", "10000 ** (two_i / d_model)", "10000 ** (two_i / 2 / d_model)",
      "off by a factor of 2"),
     ("02_sinusoidal_table", "two_i / d_model)", "2 * two_i / d_model)", "twice too large"),
@@ -276,12 +277,13 @@ CHEATS = {
     "05_first_unseen_bucket": ("from posenc_lesson.tasks.relative_questions import _unseen_ref\n"
                                "def first_unseen_distance(train_len, num_buckets, max_distance, bi):\n"
                                "    return _unseen_ref(train_len, num_buckets, max_distance, bi)"),
-    "05_clipped_index": ("def clipped_index(q_len, k_len, max_distance, q_offset):\n"
-                         "    return posenc_lesson.shaw_relative_index(\n"
-                         "        q_len, k_len, max_distance=max_distance, q_offset=q_offset)"),
-    "05_shaw_scores": ("def shaw_scores(q, k, key_table, max_distance):\n"
-                       "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
-                       "    return q @ k.transpose(-2, -1)"),
+    "05_cache_rows": ("def rows_read(q_len, k_len, max_distance):\n"
+                      "    idx = posenc_lesson.shaw_relative_index(\n"
+                      "        q_len, k_len, max_distance=max_distance, q_offset=k_len - q_len)\n"
+                      "    return torch.bincount(idx[idx <= max_distance], minlength=2 * max_distance + 1)"),
+    "05_shaw_bug": ("def shaw_bug(q, k, key_table, max_distance, scores):\n"
+                    "    t = posenc_lesson.ShawRelativePositions(max_distance, q.shape[-1])\n"
+                    "    return 'not_scaled'"),
     "05_t5_bucket": ("def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):\n"
                      "    return posenc_lesson.t5_relative_position_bucket(relative_position, "
                      "bidirectional=bidirectional,\n"
@@ -308,8 +310,10 @@ CHEATS = {
     "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
     "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
     "01_permutation_check": ("from posenc_lesson.tasks.permutation import _equivariant\n"
-                             "def is_permutation_equivariant(f, x, perm):\n"
-                             "    return _equivariant(f, x, perm)"),
+                             "def first_order_leak(x, *layers):\n"
+                             "    perm = torch.arange(x.shape[0]).flip(0)\n"
+                             "    return next(n for n, f in enumerate(layers)\n"
+                             "                if not _equivariant(f, x, perm))"),
     "03_offset_dot": ("def pe_dot(k, d_model):\n"
                       "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
                       "    return pe[0] @ pe[abs(k)]"),
