@@ -1,6 +1,8 @@
 """Lesson 08's tasks 08_copy_accuracy and 08_diagnose_dip: full marks for the right answer, the promised
 diagnosis for each real mistake, 0 for an answer that calls the lab, and inputs within the statement for
-any seed; the prediction task's key misconceptions; the concept questions' measured numbers are the CSV's."""
+any seed; the prediction task's key misconceptions; the two diagnosis tasks 08_diagnose_switch and
+08_review_order (truth read off each case, every cause drawn, each misconception named); the concept
+questions' measured numbers are the CSV's."""
 
 from __future__ import annotations
 
@@ -235,9 +237,118 @@ def test_the_prediction_names_its_key_misconceptions(change, mistake):
 
 def test_the_defined_everywhere_question_quotes_the_labs_csv():
     from posenc_lesson.lab.experiments import read_why_csv
-    from posenc_lesson.tasks import extrapolation
 
     rows = read_why_csv(ROOT / "notebooks" / "08_why.csv")
-    for cell, value in extrapolation._WHY_SINUSOIDAL.items():
+    for cell, value in topic._WHY_SINUSOIDAL.items():
         values = [r["accuracy"] for r in rows if r["scheme"] == "sinusoidal" and r["cell"] == cell]
         assert len(values) == 3 and abs(sum(values) / 3 - value) < 5e-5, cell
+
+
+# --------------------------------------------------------------------------------------
+# 08_diagnose_switch: the truth is read off each case; right conventions are not bugs
+# --------------------------------------------------------------------------------------
+
+def _switch():
+    from posenc_lesson.tasks import extrapolation
+
+    return extrapolation
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_switch_truth_recovers_every_drawn_cause(seed):
+    ex = _switch()
+    g = torch.Generator().manual_seed(seed)
+    for cause, draws in ex._SWITCH_DRAWS.items():
+        for scheme, how in draws:
+            assert ex._switch_cause(*ex._switch_case(g, cause, scheme, how)) == cause, (cause, scheme, how)
+
+
+def test_hidden_switches_mix_right_ones_and_bugs():
+    ex = _switch()
+    for seed in range(1, 8):
+        causes = [ex._switch_cause(*c) for c in ex._switch_cases(seed)]
+        assert causes.count("ok") == 3 and len(set(causes) - {"ok"}) == 5, causes
+
+
+def _visible_answers(change: dict) -> tuple[list, list]:
+    ex = _switch()
+    cases = ex._switch_cases(0)
+    return [change.get(i, ex._switch_cause(*c)) for i, c in enumerate(cases)], cases
+
+
+@pytest.mark.parametrize(("index", "answer", "mistake"), [
+    (0, "table_extra", "extrapolation.switch_layout_called_bug"),  # the concatenated sinusoidal layout
+    (3, "bias_sign", "extrapolation.switch_bloom_form_called_bug"),  # BLOOM's +m_h j
+    (5, "table_missing", "extrapolation.switch_rope_needs_a_table"),
+    (1, "ok", "extrapolation.switch_rows_past_table_missed"),
+    (2, "ok", "extrapolation.switch_bias_sign_missed"),
+    (4, "ok", "extrapolation.switch_bug_missed"),
+    (6, "rows_past_table", "extrapolation.switch_wrong_cause"),
+])
+def test_each_switch_misconception_is_named(index, answer, mistake):
+    from posenc_lesson.tasks import assess
+
+    answers, cases = _visible_answers({})
+    assert assess("08_diagnose_switch", answers, cases).points == 3.0
+    answers[index] = answer
+    result = assess("08_diagnose_switch", answers, cases)
+    assert result.mistake == mistake and result.case_mistakes[index] == mistake
+    assert result.points == pytest.approx(3.0 * 7 / 8, abs=0.01)  # partial credit per switch
+
+
+# --------------------------------------------------------------------------------------
+# 08_review_order: each flaw is where the report says it is, and changes the verdict it should
+# --------------------------------------------------------------------------------------
+
+def test_the_visible_reports_have_one_of_each_flaw_and_the_flaws_mislead():
+    ex = _switch()
+    reports = [r for (r,) in ex._order_cases(0)]
+    assert [ex._order_flaw(r) for r in reports] == list(ex.ORDER_FLAWS)
+    truth = [ex._order_sensitive(r["scheme"], r["num_layers"], r["seeds"][0], tuple(r["tokens"]),
+                                 tuple(r["swap"])) for r in reports]
+    assert reports[0]["verdict"] == truth[0]  # the sound report is right
+    # every_position, two_models, argmax_only: their verdicts are wrong (exact_equality's depends on rounding)
+    assert [r["verdict"] != t for r, t in zip(reports, truth, strict=True)][1:3] == [True, True]
+    assert reports[4]["verdict"] != truth[4]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hidden_reports_keep_to_the_statement(seed):
+    ex = _switch()
+    reports = [r for (r,) in ex._order_cases(seed)]
+    assert len(reports) == 5 and "none" in [ex._order_flaw(r) for r in reports]
+    for r in reports:
+        assert r["tokens"][0] == 0 and len(set(r["tokens"])) == len(r["tokens"])
+        assert 0 <= r["swap"][0] < r["swap"][1] <= len(r["tokens"]) - 2  # both before the last
+
+
+@pytest.mark.parametrize(("index", "answer", "mistake"), [
+    (0, ("seeds", True), "extrapolation.order_valid_variant_flagged"),
+    (1, (None, True), "extrapolation.order_every_position"),
+    (2, (None, True), "extrapolation.order_two_models_missed"),
+    (3, (None, True), "extrapolation.order_exact_equality_missed"),
+    (4, (None, False), "extrapolation.order_argmax_missed"),
+    (1, ("compare", True), "extrapolation.order_claim_kept"),
+])
+def test_each_order_misconception_is_named(index, answer, mistake):
+    from posenc_lesson.tasks import assess
+
+    ex = _switch()
+    cases = ex._order_cases(0)
+    right = [[ex._FIELD[ex._order_flaw(r)], ex._order_sensitive(r["scheme"], r["num_layers"], r["seeds"][0],
+                                                                   tuple(r["tokens"]), tuple(r["swap"]))]
+             for (r,) in cases]
+    assert assess("08_review_order", right, cases).points == 2.0
+    right[index] = list(answer)
+    result = assess("08_review_order", right, cases)
+    assert result.mistake == mistake and result.case_mistakes[index] == mistake
+
+
+def test_question_1_asks_what_the_lesson_does_not_print():
+    """L = 24: 52, counted with the library; the lesson's L = 16 answer (35) is a named misconception."""
+    from posenc_lesson.tasks import assess
+
+    assert topic._first_new_bucket() == 52 and topic._first_new_bucket(2 * 16 + 1) == 35
+    assert assess("08_q_t5_new_bucket", [52]).points == 1.0
+    assert assess("08_q_t5_new_bucket", [35]).mistake == "extrapolation.new_bucket_fixed_distance"
+    assert assess("08_q_t5_new_bucket", [50]).mistake == "extrapolation.first_unseen_distance"
