@@ -184,16 +184,11 @@ MUTANTS = [
      "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
      "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
      "before scaling"),
-    ("08_position_terms", "return x, alibi_bias(num_heads, t)", "return x, -alibi_bias(num_heads, t)",
-     "wrong sign"),
-    ("08_position_terms", "if t > table.shape[0]:", "if False:", "raise a ValueError"),
-    ("08_position_terms", "return x + get_sinusoidal_encoding(t, d_model), None",
-     "return x + get_sinusoidal_encoding(t, d_model), alibi_bias(num_heads, t)", "there is no bias"),
-    ("08_position_terms", 'if scheme in ("none", "rope"):\n        return x, None',
-     'if scheme in ("none", "rope"):\n        return x + get_sinusoidal_encoding(t, d_model), None',
-     "pass through unchanged"),
-    ("08_measure_order", "model(tokens)[0, -1], model(swapped)[0, -1]", "model(tokens), model(swapped)",
-     "every position"),
+    ("08_diagnose_switch", "same(as_softmax_sees_it(bias), right)", "same(bias, alibi_bias(num_heads, t))",
+     "BLOOM"),
+    ("08_diagnose_switch", 'if scheme == "learned" and t > table.shape[0]:', "if False:", "must refuse"),
+    ("08_review_order", 'elif report["tolerance"] == 0.0:', "elif False:", "exact comparison of floats"),
+    ("08_review_order", 'if report["compare"] != "last logits":', "if False:", "every position"),
     ("08_predict_order", '"none, 1 layer": False', '"none, 1 layer": True',
      "one layer without positions notices the swap"),
     ("08_predict_order", '"none, 2 layers": True', '"none, 2 layers": False', "no layer tells the order"),
@@ -317,12 +312,12 @@ CHEATS = {
     "03_offset_dot": ("def pe_dot(k, d_model):\n"
                       "    pe = posenc_lesson.get_sinusoidal_encoding(abs(k) + 1, d_model)[0]\n"
                       "    return pe[0] @ pe[abs(k)]"),
-    "08_position_terms": ("from posenc_lesson.tasks.extrapolation import _terms_reference\n"
-                          "def position_terms(scheme, x, num_heads, table):\n"
-                          "    return _terms_reference(scheme, x, num_heads, table)"),
-    "08_measure_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
-                         "def order_sensitive(scheme, num_layers):\n"
-                         "    return _order_sensitive(scheme, num_layers)"),
+    "08_diagnose_switch": ("from posenc_lesson.tasks.extrapolation import _switch_cause\n"
+                           "def diagnose_switch(scheme, x, table, num_heads, x_in, bias):\n"
+                           "    return _switch_cause(scheme, x, table, num_heads, x_in, bias)"),
+    "08_review_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
+                        "def review_order(r):\n"
+                        "    return (None, _order_sensitive(r['scheme'], r['num_layers']))"),
     "08_predict_order": ("from posenc_lesson.tasks.extrapolation import _order_sensitive\n"
                          "def predicted_order_sensitive():\n"
                          "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
