@@ -378,15 +378,9 @@ CHEATS = {
                                  "    return posenc_lesson.apply_mrope(x, positions, mrope_section,\n"
                                  "                                     interleaved=True)"),
     "12_gemma3_layer_frequencies": (
-        "def gemma3_layer_frequencies(head_dim, num_layers, pattern, local_base, global_base,\n"
-        "                             global_factor):\n"
-        "    f = posenc_lesson.scaled_rope_frequencies\n"
-        "    rows = []\n"
-        "    for i in range(num_layers):\n"
-        "        g = (i + 1) % pattern == 0\n"
-        "        rows.append(f(head_dim, base=global_base if g else local_base, method='linear',\n"
-        "                      factor=global_factor if g else 1.0, original_max_len=1)[0])\n"
-        "    return torch.stack(rows)"),
+        "def gemma3_layer_frequencies(config):\n"
+        "    spec = posenc_lesson.describe_positions(config)\n"
+        "    return torch.stack([spec.inv_freq(i) for i in range(spec.num_layers)])"),
     "12_left_pad_positions": ("from posenc_lesson.tasks.field_guide import _pad_ref\n"
                               "def left_pad_positions(mask):\n"
                               "    return _pad_ref(mask)"),
@@ -396,11 +390,12 @@ CHEATS = {
         "        head_dim, base=base, method='longrope', short_factor=short_factor,\n"
         "        long_factor=long_factor,\n"
         "        original_max_len=original_max_len, seq_len=seq_len, attention_factor=1.0)[0]"),
-    "12_proportional_frequencies": (
-        "def proportional_frequencies(head_dim, partial_rotary_factor, base):\n"
-        "    return posenc_lesson.scaled_rope_frequencies(\n"
+    "12_diagnose_prope_port": (
+        "def diagnose_prope_port(head_dim, partial_rotary_factor, base, port_theta):\n"
+        "    theta = posenc_lesson.scaled_rope_frequencies(\n"
         "        head_dim, base=base, method='proportional',\n"
-        "        partial_rotary_factor=partial_rotary_factor)[0]"),
+        "        partial_rotary_factor=partial_rotary_factor)[0]\n"
+        "    return ('correct' if torch.allclose(port_theta, theta) else 'neox_exponent'), theta"),
 }
 
 

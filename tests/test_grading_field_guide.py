@@ -1,8 +1,15 @@
-"""Lesson 12's task 12_left_pad_positions (posenc_lesson/tasks/field_guide.py): only the real tokens'
-positions are graded. What a pad holds is a convention the mask hides: transformers' generate once
-filled pads with 1, 5.24 fills them with 0 (generation/utils.py, _prepare_position_ids_for_generation),
-lesson 12's positions_for clamps them to 0, a bare cumsum - 1 leaves -1. None of these may cost a
-point (review 12.3); the mistakes on real tokens are still named.
+"""Lesson 12's graded tasks (posenc_lesson/tasks/field_guide*.py).
+
+12_left_pad_positions: only the real tokens' positions are graded. What a pad holds is a convention
+the mask hides: transformers' generate once filled pads with 1, 5.24 fills them with 0
+(generation/utils.py, _prepare_position_ids_for_generation), lesson 12's positions_for clamps them to
+0, a bare cumsum - 1 leaves -1. None of these may cost a point (review 12.3); the mistakes on real
+tokens are still named.
+
+12_gemma3_layer_frequencies (read): Gemma 3 12B's, 1B's and 4B's config.json, hidden ones with their
+real position keys; judged against describe_positions; every misreading named.
+12_diagnose_prope_port (diagnose): each cause once per seed, told apart by its numbers; a wrong
+cause named by what it reveals, half a share per case for the cause and half for the fix.
 """
 
 from __future__ import annotations
@@ -76,3 +83,185 @@ def test_the_solution_passes_and_its_text_says_pads_are_free():
     assert result.points == result.max_points, result.feedback
     statement = cells[f"{TASK}_task"]
     assert "not graded" in statement and "Pads get position 1" not in statement
+
+
+# --------------------------------------------------------------------------------------
+# 12_gemma3_layer_frequencies (read): a real Gemma 3 config.json -> every layer's theta
+# --------------------------------------------------------------------------------------
+
+GEMMA = "12_gemma3_layer_frequencies"
+
+
+def _solution(task_id):
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source
+             for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
+    ns: dict = {}
+    exec(cells["setup"], ns)
+    exec(cells[task_id], ns)
+    return ns[TASKS[task_id].entry]
+
+
+def test_gemma_configs_are_the_lessons_and_the_reference_is_describe_positions():
+    from posenc_lesson import describe_positions, rope_frequencies
+    from posenc_lesson.tasks import field_guide as fg
+
+    (c12,), (c1,), (c4,) = TASKS[GEMMA].cases()
+    assert c12["model_type"] == "gemma3" and c1["model_type"] == "gemma3_text" and "rope_scaling" not in c1
+    for config in (c12, c1, c4):
+        spec = describe_positions(config)
+        ref = fg._gemma_ref(config)
+        assert ref.shape == (spec.num_layers, 128)
+        glob = [i for i, t in enumerate(spec.layer_types) if t == "full_attention"]
+        assert glob == list(range(5, spec.num_layers, 6))
+        assert torch.allclose(ref[0], rope_frequencies(256, base=10_000.0).double(), rtol=1e-6)
+    plain = rope_frequencies(256, base=1e6).double()
+    assert torch.allclose(fg._gemma_ref(c12)[5], plain / 8, rtol=1e-6)  # 12B: linear factor 8
+    assert torch.allclose(fg._gemma_ref(c1)[5], plain, rtol=1e-6)  # 1B: no rope_scaling
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 123])
+def test_gemma_solution_passes_and_hidden_configs_keep_the_real_keys(seed):
+    from posenc_lesson.tasks import field_guide as fg
+
+    cases = TASKS[GEMMA].cases() if seed == 0 else tasks.hidden_cases(GEMMA, seed)
+    fn = _solution(GEMMA)
+    result = assess(GEMMA, [fn(*case) for case in cases], cases)
+    assert result.points == result.max_points, result.feedback
+    texts = [c.get("text_config") or c for (c,) in cases]
+    assert any("rope_scaling" in t for t in texts) and any("rope_scaling" not in t for t in texts)
+    for text in texts:
+        real = next(r for r in fg.GEMMA3.values() if r["hidden_size"] == text["hidden_size"])
+        assert {k: v for k, v in text.items() if k != "num_hidden_layers"} == {
+            k: v for k, v in real.items() if k != "num_hidden_layers"}
+        assert 6 < text["num_hidden_layers"] <= real["num_hidden_layers"]
+
+
+def test_gemma_float32_rows_pass():
+    fn = _solution(GEMMA)
+    result = assess(GEMMA, outputs_of(GEMMA, lambda c: fn(c).float()))
+    assert result.points == result.max_points, result.feedback
+
+
+@pytest.mark.parametrize(("knob", "mistake_id"), [
+    ("head_from_hidden", "field_guide.gemma_head_dim_derived"),
+    ("first", "field_guide.gemma_global_layer_first"),
+    ("swap", "field_guide.gemma_bases_swapped"),
+    ("one_base", "field_guide.gemma_local_base_ignored"),
+    ("factor_everywhere", "field_guide.gemma_factor_on_local_layers"),
+    ("multiply", "field_guide.gemma_factor_multiplied"),
+    ("no_factor", "field_guide.gemma_factor_missing"),
+    ("assume_factor", "field_guide.gemma_factor_assumed"),
+])
+def test_gemma_misreadings_are_named_with_partial_credit(knob, mistake_id):
+    from posenc_lesson.tasks import field_guide as fg
+
+    result = assess(GEMMA, _visible(GEMMA, lambda c: fg._gemma(c, **{knob: True})))
+    assert result.mistake == mistake_id, result.feedback
+    assert result.points < result.max_points
+    if knob in ("factor_everywhere", "multiply", "no_factor", "assume_factor"):  # right where no factor shows
+        assert result.points > 0
+
+
+# --------------------------------------------------------------------------------------
+# 12_diagnose_prope_port (diagnose): name a p-RoPE port's bug, fix it
+# --------------------------------------------------------------------------------------
+
+PORT = "12_diagnose_prope_port"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 123])
+def test_every_cause_once_and_the_solution_passes(seed):
+    from posenc_lesson.tasks import field_guide_scaling as fs
+
+    cases = TASKS[PORT].cases() if seed == 0 else tasks.hidden_cases(PORT, seed)
+    assert sorted(fs._prope_cause(*c) for c in cases) == sorted(fs.PROPE_CAUSES)
+    for d, p, b, _ in cases:  # every cause gives other frequencies
+        thetas = [fs._port_theta(d, p, b, c).double() for c in fs.PROPE_CAUSES]
+        assert all(not torch.allclose(x, y, rtol=1e-3) for i, x in enumerate(thetas) for y in thetas[i + 1:])
+    fn = _solution(PORT)
+    result = assess(PORT, [list(fn(*case)) for case in cases], cases)
+    assert result.points == result.max_points, result.feedback
+
+
+def test_the_lessons_config_comes_first_with_the_lessons_bug():
+    from posenc_lesson import rope_frequencies
+
+    d, p, b, port = TASKS[PORT].cases()[0]
+    assert (d, p, b) == (512, 0.25, 1e6)
+    assert torch.allclose(port[:64].double(), rope_frequencies(128, base=b).double(), rtol=1e-5)  # GPT-NeoX's
+    assert int((port == 0).sum()) == 192
+
+
+def _answer(cause=None, fix=None):
+    from posenc_lesson.tasks import field_guide_scaling as fs
+
+    def answer(d, p, b, port):
+        truth = fs._prope_cause(d, p, b, port)
+        label = cause(truth) if cause else truth
+        return label, (fix(d, p, b, port) if fix else fs._prop_ref(d, p, b))
+    return answer
+
+
+@pytest.mark.parametrize(("cause", "mistake_id"), [
+    (lambda t: "correct", "field_guide.prope_bug_missed"),
+    (lambda t: "zeros_first" if t == "correct" else t, "field_guide.prope_right_port_flagged"),
+    (lambda t: "zeros_first" if t == "neox_exponent" else t, "field_guide.prope_neox_missed"),
+    (lambda t: "every_pair_turns" if t == "zeros_first" else t, "field_guide.prope_zeros_first_missed"),
+    (lambda t: "neox_exponent" if t == "every_pair_turns" else t, "field_guide.prope_every_pair_missed"),
+    (lambda t: "GPT-NeoX", "field_guide.prope_not_a_cause"),
+])
+def test_a_wrong_cause_is_named_by_what_it_reveals(cause, mistake_id):
+    result = assess(PORT, _visible(PORT, _answer(cause=cause)))
+    assert result.mistake == mistake_id, result.feedback
+    wrong = sum(m is not None for m in result.case_mistakes)
+    assert result.points == pytest.approx(result.max_points * (1 - 0.5 * wrong / 4))
+
+
+@pytest.mark.parametrize(("fix", "mistake_id"), [
+    (lambda d, p, b, port: _prop_wrong(d, p, b, neox=True), "field_guide.proportional_neox_exponent"),
+    (lambda d, p, b, port: _prop_wrong(d, p, b, front=True), "field_guide.proportional_zeros_first"),
+    (lambda d, p, b, port: _full(d, b), "field_guide.proportional_every_pair_turns"),
+])
+def test_a_wrong_fix_with_the_right_cause_earns_half(fix, mistake_id):
+    result = assess(PORT, _visible(PORT, _answer(fix=fix)))
+    assert result.mistake == mistake_id and "the cause is right" in result.feedback, result.feedback
+    assert result.points == pytest.approx(result.max_points / 2)
+
+
+def _visible(task_id, fn):
+    """fn's outputs on the visible cases, run here (the watch of outputs_of forbids the task helpers)."""
+    return [fn(*case) for case in TASKS[task_id].cases()]
+
+
+def _prop_wrong(d, p, b, **knobs):
+    from posenc_lesson.tasks import field_guide_scaling as fs
+
+    return fs._prop(d, p, b, **knobs)
+
+
+def _full(d, b):
+    from posenc_lesson.tasks import field_guide as fg
+
+    return fg._theta(d, b)
+
+
+def test_rounding_up_is_named_where_p_dh_over_2_is_not_whole():
+    from posenc_lesson.tasks import field_guide_scaling as fs
+
+    case = (20, 0.3, 1e4, fs._port_theta(20, 0.3, 1e4, "correct"))  # p Dh / 2 = 3
+    case2 = (28, 0.3, 1e4, fs._port_theta(28, 0.3, 1e4, "correct"))  # 4.2: floor 4, ceil 5
+    answers = [["correct", fs._prop(*c[:3], round_up=True)] for c in (case, case2)]
+    result = assess(PORT, answers, [case, case2])
+    assert result.case_mistakes == [None, "field_guide.proportional_rounded_up"], result.feedback
+
+
+def test_a_cause_with_spaces_and_a_tuple_pass():
+    answer = _answer(cause=lambda t: f"  {t}\n")
+    result = assess(PORT, _visible(PORT, answer))
+    assert result.points == result.max_points, result.feedback
+
+
+def test_field_guide_kinds():
+    kinds = {t: TASKS[t].kind for t in TASKS if t.startswith("12_") and TASKS[t].run != "answer"}
+    assert kinds == {"12_gemma3_layer_frequencies": "read", "12_left_pad_positions": "derive",
+                     "12_longrope_frequencies": "implement", "12_diagnose_prope_port": "diagnose"}

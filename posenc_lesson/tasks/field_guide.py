@@ -1,26 +1,27 @@
-"""Lesson 12's tasks (exercises/12_field_guide.ipynb), part 1: Gemma 3's per-layer frequencies and
-position ids under left padding. LongRoPE's switch and proportional RoPE are in field_guide_scaling.py,
-the two concept questions in field_guide_questions.py; the helpers and GUIDE_FORBIDDEN are shared.
+"""Lesson 12's tasks (exercises/12_field_guide.ipynb), part 1: read a Gemma 3 config.json (every
+layer's frequencies) and position ids under left padding. LongRoPE's switch and the proportional-RoPE
+port to diagnose are in field_guide_scaling.py, the two concept questions in field_guide_questions.py;
+the helpers and GUIDE_FORBIDDEN are shared.
 
-Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases (edge
-cases included: the layer right at the pattern, the length right at original_max_len), another
-seed draws fresh inputs of the same kind. References come from the library
-(``scaled_rope_frequencies``, ``describe_positions``, which equal transformers' rotary modules, and
-``lab.field_bugs.positions_from_mask``, which equals transformers' generate);
-the known mistakes are computed here.
+Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases (Gemma 3
+12B's, 1B's and 4B's configs; masks with a row of pads but one), another seed draws fresh inputs of
+the same kind. References come from the library (``describe_positions``, whose frequencies equal
+transformers' rotary modules, and ``lab.field_bugs.positions_from_mask``, which equals transformers'
+generate); the known mistakes are computed here.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .. import rope_scaling as _scaling
+from .. import field_guide as _guide
 from ..lab.field_bugs import positions_from_mask
-from .judges import Mistake, as_float_tensor, call, draw, seeded, tensor_judge
+from .judges import Mistake, as_float_tensor, call, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 # Every task: the library's frequencies and config reader would solve it.
@@ -42,45 +43,68 @@ def _theta(head_dim: int, base: float, width: int | None = None) -> Tensor:
     return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / (width or head_dim))
 
 
-def _plain(head_dim: int, base: float) -> Tensor:
-    return _scaling.scaled_rope_frequencies(
-        head_dim, base=base, method="linear", factor=1.0, original_max_len=1
-    )[0]
-
-
 # --------------------------------------------------------------------------------------
-# 12_gemma3_layer_frequencies: one theta per layer, local and global
+# 12_gemma3_layer_frequencies: read a Gemma 3 config.json, one theta per layer
 # --------------------------------------------------------------------------------------
 
+# The position keys as the checkpoints' config.json files write them (lesson 12, section 2, and its
+# References); the other keys say how wide a head is (head_dim is set: hidden_size / heads is not it).
+GEMMA3_1B = {  # google/gemma-3-1b-it: gemma3_text, no rope_scaling (a 32K context)
+    "model_type": "gemma3_text", "hidden_size": 1152, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "head_dim": 256, "num_hidden_layers": 26, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "sliding_window": 512, "sliding_window_pattern": 6, "max_position_embeddings": 32768}
+GEMMA3_4B_TEXT = {  # google/gemma-3-4b-it's text_config
+    "model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "num_hidden_layers": 34, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+    "sliding_window_pattern": 6, "max_position_embeddings": 131072}
+GEMMA3_12B_TEXT = {  # google/gemma-3-12b-it's text_config
+    "model_type": "gemma3_text", "hidden_size": 3840, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 256, "num_hidden_layers": 48, "rope_theta": 1000000, "rope_local_base_freq": 10000,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+    "sliding_window_pattern": 6, "max_position_embeddings": 131072}
+GEMMA3 = {"1B": GEMMA3_1B, "4B": GEMMA3_4B_TEXT, "12B": GEMMA3_12B_TEXT}
 
-def _gemma_ref(
-    head_dim: int, num_layers: int, pattern: int, local_base: float, global_base: float, global_factor: float
-) -> Tensor:
-    rows = [
-        _plain(head_dim, local_base)
-        if (i + 1) % pattern
-        else _scaling.scaled_rope_frequencies(
-            head_dim, base=global_base, method="linear", factor=global_factor, original_max_len=1
-        )[0]
-        for i in range(num_layers)
-    ]
-    return torch.stack(rows)  # (num_layers, Dh/2)
+
+def _nested(text: dict) -> dict:
+    """The multimodal checkpoint's form: model_type gemma3, the text model under text_config."""
+    return {"model_type": "gemma3", "text_config": copy.deepcopy(text)}
+
+
+def _gemma_ref(config: dict) -> Tensor:
+    """Every layer's theta as describe_positions reads the config (equal to transformers). (layers, Dh/2)"""
+    spec = _guide.describe_positions(config)
+    return torch.stack([spec.inv_freq(i).double() for i in range(spec.num_layers)])  # (layers, Dh/2)
+
+
+def _gemma_keys(config: dict, head_from_hidden: bool = False) -> tuple:
+    """(head_dim, layers, pattern, local base, global base, linear factor) as the config writes them."""
+    text = config.get("text_config") or config
+    scaling = text.get("rope_scaling") or {}
+    head_dim = text["hidden_size"] // text["num_attention_heads"] if head_from_hidden else text["head_dim"]
+    return (int(head_dim), int(text["num_hidden_layers"]), int(text.get("sliding_window_pattern", 6)),
+            float(text["rope_local_base_freq"]), float(text["rope_theta"]), float(scaling.get("factor", 1.0)))
 
 
 def _gemma(
-    head_dim,
-    num_layers,
-    pattern,
-    local_base,
-    global_base,
-    global_factor,
+    config,
     *,
     first=False,
     swap=False,
     factor_everywhere=False,
     multiply=False,
     no_factor=False,
+    assume_factor=False,
+    one_base=False,
+    head_from_hidden=False,
 ) -> Tensor:
+    """The frequencies a misreading of the config gives (float64). (layers, Dh/2)"""
+    keys = _gemma_keys(config, head_from_hidden)
+    head_dim, num_layers, pattern, local_base, global_base, global_factor = keys
+    if assume_factor:  # the 4B/12B factor taken for every Gemma 3
+        global_factor = 8.0
+    if one_base:
+        local_base = global_base
     rows = []
     for i in range(num_layers):
         is_global = (i % pattern == 0) if first else not (i + 1) % pattern
@@ -93,69 +117,83 @@ def _gemma(
 
 
 def _gemma_cases(seed: int = 0) -> list[tuple]:
-    """(head_dim, num_layers, pattern, local_base, global_base, global_factor): Gemma 3's own and others."""
+    """(config,): Gemma 3 12B's, 1B's and 4B's config.json; hidden: one of the three, in the multimodal
+    form (gemma3, text_config) or the text model's (gemma3_text), with its real position keys and
+    fewer layers (at least pattern + 1). At least one with rope_scaling, one without."""
     if seed == 0:
-        return [
-            (16, 12, 6, 10_000.0, 1_000_000.0, 8.0),
-            (8, 7, 6, 10_000.0, 1_000_000.0, 1.0),
-            (32, 8, 4, 10_000.0, 500_000.0, 4.0),
-            (4, 3, 2, 1_000.0, 100_000.0, 2.0),
-        ]
+        return [(_nested(GEMMA3_12B_TEXT),), (copy.deepcopy(GEMMA3_1B),), (_nested(GEMMA3_4B_TEXT),)]
     g = seeded(1200 + seed)
-    return [
-        (
-            2 * draw(g, 2, 32),
-            draw(g, 3, 14),
-            draw(g, 2, 6),
-            float(10 ** draw(g, 3, 4)),
-            float(10 ** draw(g, 5, 6)),
-            float(draw(g, 1, 8)),
-        )
-        for _ in range(4)
-    ]
+    cases = []
+    for k in range(4):
+        name = pick(g, ("4B", "12B")) if k == 0 else "1B" if k == 1 else pick(g, tuple(GEMMA3))
+        text = copy.deepcopy(GEMMA3[name])
+        text["num_hidden_layers"] = draw(g, 7, text["num_hidden_layers"])
+        cases.append((_nested(text) if name != "1B" and draw(g, 0, 1) else text,))
+    return cases
 
 
 _GEMMA_MISTAKES = [
     Mistake(
-        lambda *c: _gemma(*c, first=True),
-        "your global layers are layers 0, pattern, 2 pattern, ...: Gemma 3's are the last of each group, "
-        "layers pattern - 1, 2 pattern - 1, ... (five local layers, then one global).",
-        "layer i is global when (i + 1) % pattern == 0.",
+        lambda c: _gemma(c, head_from_hidden=True),
+        "your rows have hidden_size / num_attention_heads / 2 entries: Gemma 3's heads are not that wide, "
+        "its config sets head_dim.",
+        "read head_dim from the config; each row has head_dim / 2 pairs.",
+        id="field_guide.gemma_head_dim_derived",
+    ),
+    Mistake(
+        lambda c: _gemma(c, first=True),
+        "your global layers are layers 0, pattern, 2 pattern, ...: Gemma 3's global layer closes each group "
+        "(five local layers, then one global).",
+        "count the layers from 0: which index does the sixth layer of a group have?",
         id="field_guide.gemma_global_layer_first",
     ),
     Mistake(
-        lambda *c: _gemma(*c, swap=True),
-        "local and global are swapped: the many local layers turn at local_base, the few global ones at "
-        "global_base.",
+        lambda c: _gemma(c, swap=True),
+        "local and global are swapped: the many local layers turn at rope_local_base_freq, the few global "
+        "ones at rope_theta.",
         "check which layers you give which base.",
         id="field_guide.gemma_bases_swapped",
     ),
     Mistake(
-        lambda *c: _gemma(*c, factor_everywhere=True),
-        "you divided every layer by global_factor; Gemma 3's rope_scaling applies to the global layers "
-        "only (the local ones keep rope_local_base_freq, unscaled).",
-        "local layers: local_base^(-2i/Dh) as they are.",
+        lambda c: _gemma(c, one_base=True),
+        "every layer turns at rope_theta: the local layers have a base of their own, rope_local_base_freq.",
+        "a Gemma 3 config has two bases; find the second one.",
+        id="field_guide.gemma_local_base_ignored",
+    ),
+    Mistake(
+        lambda c: _gemma(c, factor_everywhere=True),
+        "you scaled every layer by the rope_scaling factor; in Gemma 3's configs it applies to the global "
+        "layers only (the local ones keep rope_local_base_freq, unscaled).",
+        "which layers does a long context need stretched?",
         id="field_guide.gemma_factor_on_local_layers",
     ),
     Mistake(
-        lambda *c: _gemma(*c, multiply=True),
-        "you multiplied the global frequencies by the factor; linear scaling divides them.",
-        "global layers: global_base^(-2i/Dh) / global_factor.",
+        lambda c: _gemma(c, multiply=True),
+        "you multiplied the global frequencies by the factor; linear scaling (position interpolation) "
+        "slows them down.",
+        "positions divided by s turn by theta m / s.",
         id="field_guide.gemma_factor_multiplied",
     ),
     Mistake(
-        lambda *c: _gemma(*c, no_factor=True),
-        "the global layers are missing their linear factor.",
-        "divide the global layers' frequencies by global_factor.",
+        lambda c: _gemma(c, no_factor=True),
+        "this config's rope_scaling is missing from your global layers.",
+        "read rope_scaling where the config keeps it (under text_config in the multimodal form).",
         id="field_guide.gemma_factor_missing",
+    ),
+    Mistake(
+        lambda c: _gemma(c, assume_factor=True),
+        "you scaled the global layers of a config that has no rope_scaling (Gemma 3 1B): the factor is set "
+        "per checkpoint, and without the key there is none.",
+        "no rope_scaling in the config: the global layers keep their plain frequencies.",
+        id="field_guide.gemma_factor_assumed",
     ),
 ]
 
 register(
     Task(
         id="12_gemma3_layer_frequencies",
-        kind="implement",
-        title="Gemma 3's frequencies, layer by layer",
+        kind="read",
+        title="Read a Gemma 3 config: its frequencies, layer by layer",
         points=2,
         entry="gemma3_layer_frequencies",
         forbidden=GUIDE_FORBIDDEN,
@@ -165,9 +203,9 @@ register(
         judge=tensor_judge(
             _gemma_ref,
             _GEMMA_MISTAKES,
-            ("head_dim", "num_layers", "pattern", "local_base", "global_base", "global_factor"),
-            "row i: local_base^(-2i/Dh), or for (i + 1) % pattern == 0 global_base^(-2i/Dh) / "
-            "global_factor; a (num_layers, Dh/2) tensor.",
+            ("config",),
+            "row i is the theta layer i of this checkpoint rotates with, as transformers builds it from the "
+            "config (lesson 12, section 2); a (num_hidden_layers, head_dim/2) tensor.",
         ),
     )
 )

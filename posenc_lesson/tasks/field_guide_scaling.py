@@ -1,5 +1,6 @@
 """Lesson 12's tasks, part 2 (exercises/12_field_guide.ipynb): LongRoPE's switch between its short and
-long factors, and proportional RoPE (the GPT-NeoX-exponent bug). Cases and references as in
+long factors, and a port of Gemma 4's proportional RoPE to diagnose (right, GPT-NeoX's exponent, the
+zeros first, or p ignored; the cause drawn per case) and fix. Cases and references as in
 field_guide.py: seed 0 the visible cases (the length right at original_max_len included), other seeds
 fresh ones; references from ``scaled_rope_frequencies``, which equals transformers.
 """
@@ -12,9 +13,10 @@ import torch
 from torch import Tensor
 
 from .. import rope_scaling as _scaling
+from ..harness.in_kernel import learner_text
 from .field_guide import GUIDE_FORBIDDEN, _theta
-from .judges import Mistake, call, draw, seeded, tensor_judge
-from .registry import Task, register
+from .judges import Mistake, call, close, diagnoses, draw, feedback, pick, seeded, tensor_judge, type_text
+from .registry import Judged, Task, is_marker, register
 
 # --------------------------------------------------------------------------------------
 # 12_longrope_frequencies: the short factors up to L, the long ones beyond
@@ -120,7 +122,7 @@ register(
 
 
 # --------------------------------------------------------------------------------------
-# 12_proportional_frequencies: p-RoPE, the full width in the exponent
+# 12_diagnose_prope_port: a port of Gemma 4's proportional RoPE, right or with one bug; name it, fix it
 # --------------------------------------------------------------------------------------
 
 
@@ -138,55 +140,162 @@ def _prop(head_dim, p, base, *, neox=False, front=False, round_up=False) -> Tens
     return torch.cat((zeros, theta) if front else (theta, zeros))  # (Dh/2,)
 
 
-def _prop_cases(seed: int = 0) -> list[tuple]:
-    """(head_dim, partial_rotary_factor, base)."""
-    if seed == 0:
-        return [(256, 0.25, 1_000_000.0), (16, 0.5, 10_000.0), (12, 0.3, 10_000.0), (8, 1.0, 10_000.0)]
+# What a port computes for each cause (the learner returns one of these names).
+PROPE_CAUSES = ("correct", "neox_exponent", "zeros_first", "every_pair_turns")
+
+
+def _port_theta(head_dim: int, p: float, base: float, cause: str) -> Tensor:
+    """The frequencies a port with this cause computes, float32 like an inv_freq buffer. (Dh/2,)"""
+    if cause == "correct":
+        theta = _prop_ref(head_dim, p, base)
+    elif cause == "every_pair_turns":  # partial_rotary_factor never read: a full-width RoPE
+        theta = _theta(head_dim, base)
+    else:
+        theta = _prop(head_dim, p, base, neox=cause == "neox_exponent", front=cause == "zeros_first")
+    return theta.float()
+
+
+def _prope_cause(head_dim: int, p: float, base: float, port_theta: Tensor) -> str:
+    """The cause whose frequencies the port's equal (the cases are drawn so that exactly one does)."""
+    port = port_theta.double()
+    return next(c for c in PROPE_CAUSES if close(port, _port_theta(head_dim, p, base, c).double()))
+
+
+def _prope_cases(seed: int = 0) -> list[tuple]:
+    """(head_dim, partial_rotary_factor, base, port_theta): each cause once, in a drawn order; at least
+    two turning pairs and one still pair, so that every cause gives other frequencies."""
+    if seed == 0:  # Gemma 4's global layers (lesson 12, section 7) first, with the lesson's bug
+        specs = [(512, 0.25, 1e6, "neox_exponent"), (16, 0.5, 1e4, "zeros_first"),
+                 (12, 0.5, 1e4, "correct"), (64, 0.25, 5e5, "every_pair_turns")]
+        return [(d, p, b, _port_theta(d, p, b, c)) for d, p, b, c in specs]
     g = seeded(1230 + seed)
-    return [
-        (4 * draw(g, 2, 64), [0.125, 0.25, 0.3, 0.5, 0.75][draw(g, 0, 4)], float(10 ** draw(g, 4, 6)))
-        for _ in range(4)
-    ]
+    cases = []
+    for j in torch.randperm(len(PROPE_CAUSES), generator=g).tolist():
+        while True:
+            d, p = 4 * draw(g, 2, 64), pick(g, (0.125, 0.25, 0.3, 0.5, 0.75))
+            if 2 <= int(p * d // 2) < d // 2:
+                break
+        b = float(pick(g, (1e4, 5e5, 1e6, 1e7)))
+        cases.append((d, p, b, _port_theta(d, p, b, PROPE_CAUSES[j])))
+    return cases
 
 
+# The fix: the frequencies the port should have computed, judged as the old implement task was.
 _PROP_MISTAKES = [
     Mistake(
         lambda *c: _prop(*c, neox=True),
-        "your exponent runs over the rotated width, b^(-2i/(p Dh)): that is GPT-NeoX's partial rotary. "
-        "Proportional RoPE keeps the full head width in the exponent.",
-        "theta_i = base^(-2i/head_dim) for the turning pairs.",
+        "your fix's exponent runs over the rotated width, b^(-2i/(p Dh)): that is GPT-NeoX's partial "
+        "rotary. Proportional RoPE's turning pairs keep the speeds they have in a full-width RoPE.",
+        "lesson 12, section 7: which width sits in the exponent of p-RoPE?",
         id="field_guide.proportional_neox_exponent",
     ),
     Mistake(
         lambda *c: _prop(*c, front=True),
-        "your zeros come first: the pairs that turn are the fastest ones, i = 0 .. floor(p Dh / 2) - 1.",
+        "your fix's zeros come first: the pairs that turn are the fastest ones, the pairs p-RoPE drops are "
+        "the slowest.",
         "turning pairs first, then zeros.",
         id="field_guide.proportional_zeros_first",
     ),
     Mistake(
         lambda *c: _prop(*c, round_up=True),
-        "you rounded p Dh / 2 up; transformers takes its floor.",
-        "int(p * head_dim // 2) pairs turn.",
+        "your fix turns one pair too many: where p Dh / 2 is not whole, transformers rounds it down.",
+        "how many pairs turn when p Dh / 2 = 1.8?",
         id="field_guide.proportional_rounded_up",
     ),
+    Mistake(
+        lambda d, p, b: _theta(d, b),
+        "every pair of your fix turns: proportional RoPE leaves the pairs past the share p still.",
+        "a share p of the channels rotates; what do the other pairs' frequencies have to be?",
+        id="field_guide.proportional_every_pair_turns",
+    ),
 ]
+_FIX_JUDGE = tensor_judge(_prop_ref, _PROP_MISTAKES, ("head_dim", "partial_rotary_factor", "base"),
+                          "the (head_dim/2,) frequencies Gemma 4's proportional RoPE uses for this config.")
+
+_CAUSE_SAID = {  # id: (what the wrong cause shows, hint)
+    "field_guide.prope_not_a_cause": (
+        f"your cause is not one of {', '.join(PROPE_CAUSES)}.", "return exactly one of the cause strings."),
+    "field_guide.prope_right_port_flagged": (
+        "you flagged a port that is right: its turning pairs turn as fast as the same pairs of a full-width "
+        "RoPE, and its still pairs are the slowest ones, as many as p leaves unrotated.",
+        "compute what p-RoPE gives for this config and compare the port with it before naming a bug."),
+    "field_guide.prope_bug_missed": (
+        "you passed a port that is wrong: its frequencies differ from proportional RoPE's for this config.",
+        "compare the port with your fix entry by entry."),
+    "field_guide.prope_neox_missed": (
+        "you missed the exponent bug: this port's still pairs sit where they should and are as many as they "
+        "should be; what is off is how fast its turning pairs turn (slower than a full-width RoPE's).",
+        "divide the port's turning frequencies by a full-width RoPE's: are the ratios 1?"),
+    "field_guide.prope_zeros_first_missed": (
+        "you missed where this port's zeros are: its first pairs are still, so its fastest pairs carry no "
+        "position.", "look at port_theta[0]: the fastest pair of any RoPE turns by 1 radian per token."),
+    "field_guide.prope_every_pair_missed": (
+        "you missed that this port has no still pair at all: partial_rotary_factor was never applied.",
+        "count the port's zeros and compare with the pairs p leaves unrotated."),
+}
+
+
+def _cause_reasoning(truth: str, answer: object) -> str:
+    """The id of what a wrong cause reveals."""
+    if not isinstance(answer, str) or answer.strip() not in PROPE_CAUSES:
+        return "field_guide.prope_not_a_cause"
+    if truth == "correct":
+        return "field_guide.prope_right_port_flagged"
+    if answer.strip() == "correct":
+        return "field_guide.prope_bug_missed"
+    return {"neox_exponent": "field_guide.prope_neox_missed",
+            "zeros_first": "field_guide.prope_zeros_first_missed",
+            "every_pair_turns": "field_guide.prope_every_pair_missed"}[truth]
+
+
+@diagnoses(*_CAUSE_SAID, *_FIX_JUDGE.mistakes)
+def _prope_judge(outputs: list, cases: list) -> Judged:
+    """Per case half a share for the cause, half for the fix; the most frequent mistake is named."""
+    per_case: list[str | None] = []
+    said: dict[str, str] = {}
+    earned = 0.0
+    for out, case in zip(outputs, cases, strict=True):
+        if is_marker(out, "error"):
+            per_case.append("generic.error")
+            said["generic.error"] = feedback(f"your code raised {learner_text(out['error'])}.",
+                                             "return (cause, theta) for every port.")
+            continue
+        if not (isinstance(out, list | tuple) and len(out) == 2):
+            per_case.append("generic.wrong_type")
+            said["generic.wrong_type"] = feedback(
+                f"expected a pair (cause, theta), got {type_text(out)}.", "return cause, theta.")
+            continue
+        cause, theta = out
+        truth = _prope_cause(*case)
+        right = isinstance(cause, str) and cause.strip() == truth
+        cause_id = None if right else _cause_reasoning(truth, cause)
+        fixed = _FIX_JUDGE([theta], [case[:3]])
+        earned += 0.5 * (cause_id is None) + 0.5 * fixed.fraction
+        if cause_id is not None:
+            said[cause_id] = feedback(*_CAUSE_SAID[cause_id])
+        elif fixed.mistake is not None:
+            said.setdefault(fixed.mistake, "the cause is right; the fix is not: " + fixed.feedback)
+        per_case.append(cause_id or fixed.mistake)
+    wrong = [m for m in per_case if m is not None]
+    if not wrong:
+        return Judged(1.0, f"passed: all {len(cases)} ports diagnosed and fixed.", None, per_case)
+    main = max(dict.fromkeys(wrong), key=wrong.count)  # the most frequent, the first on a tie
+    return Judged(earned / len(cases), f"{len(wrong)} of {len(cases)} ports not right; " + said[main],
+                  main, per_case)
+
 
 register(
     Task(
-        id="12_proportional_frequencies",
-        kind="implement",
-        title="Proportional RoPE, not GPT-NeoX's",
+        id="12_diagnose_prope_port",
+        kind="diagnose",
+        title="Diagnose a port of Gemma 4's proportional RoPE",
         points=2,
-        entry="proportional_frequencies",
-        forbidden=GUIDE_FORBIDDEN,
-        cases=_prop_cases,
-        hidden=_prop_cases,
+        entry="diagnose_prope_port",
+        forbidden=(*GUIDE_FORBIDDEN, "posenc_lesson.tasks.field_guide_scaling._prope_cause",
+                   "posenc_lesson.tasks.field_guide_scaling._port_theta"),
+        cases=_prope_cases,
+        hidden=_prope_cases,
         run=call,
-        judge=tensor_judge(
-            _prop_ref,
-            _PROP_MISTAKES,
-            ("head_dim", "partial_rotary_factor", "base"),
-            "theta_i = base^(-2i/head_dim) for i < floor(p head_dim / 2), 0 after; a (head_dim/2,) tensor.",
-        ),
+        judge=_prope_judge,
     )
 )
