@@ -370,10 +370,11 @@ CHEATS = {
                            "    return float(len(window_plan(losses.shape[-1], 1)))"),
     "11_sincos_2d": ("def sincos_2d_table(grid_h, grid_w, d_model):\n"
                      "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
-    "11_axial_rope": ("def axial_rope(x, positions, axes_dims):\n"
-                      "    return posenc_lesson.apply_axial_rope(x, positions, axes_dims)"),
-    "11_mrope_positions": ("def mrope_position_ids(segments):\n"
-                           "    return posenc_lesson.mrope_positions(segments)"),
+    "11_diagnose_mrope_ids": ("def mrope_diagnosis(segments, observed):\n"
+                              "    return 'counts_tokens', posenc_lesson.mrope_positions(segments)"),
+    "11_read_rotary_config": ("def pair_rates(config):\n"
+                              "    spec = posenc_lesson.describe_positions(config)\n"
+                              "    return torch.zeros(spec.head_dim // 2, 3)"),
     "11_fix_interleaved_mrope": ("def mrope_fixed(x, positions, mrope_section):\n"
                                  "    return posenc_lesson.apply_mrope(x, positions, mrope_section,\n"
                                  "                                     interleaved=True)"),

@@ -1,10 +1,11 @@
 """Lesson 11's exercise tasks (tasks/multi_axis.py, tasks/multi_axis_questions.py) grade what they promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then changed
-into the wrong implementations people write (the row half first, interleaved sin and cos, one RoPE
-over the whole head, axes in reverse order, a 1-D count after a vision block, transformers 5's
-max(h, w) step, chunked sections for Qwen3-VL, ...). Each must lose points and be named by its
-diagnosis; answers that call the library score zero; the hidden inputs are graded the same way.
+into the wrong answers people give (the row half first, interleaved sin and cos, a wrong cause or a
+fix that keeps a bug for the M-RoPE ids, chunked sections for Qwen3-VL, FLUX's axes read with the whole
+head's frequencies, Qwen's sections with restarting ones, rope_theta or mrope_interleaved overlooked,
+...). Each must lose points and be named by its diagnosis; answers that call the library score zero;
+the hidden inputs are graded the same way.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import torch
 import posenc_lesson
 from posenc_lesson.tasks import TASKS, outputs_of, score
 from posenc_lesson.tasks import multi_axis as topic
+from posenc_lesson.tasks import multi_axis_questions as reading
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "11_beyond_one_axis.ipynb"
-TASK_IDS = ("11_sincos_2d", "11_axial_rope", "11_mrope_positions", "11_fix_interleaved_mrope")
-HIDDEN = {"11_sincos_2d": topic._table_cases, "11_axial_rope": topic._axial_cases,
-          "11_mrope_positions": topic._positions_cases, "11_fix_interleaved_mrope": topic._fix_cases}
+TASK_IDS = ("11_sincos_2d", "11_diagnose_mrope_ids", "11_fix_interleaved_mrope", "11_read_rotary_config")
+HIDDEN = {"11_sincos_2d": topic._table_cases, "11_diagnose_mrope_ids": topic._diagnose_cases,
+          "11_fix_interleaved_mrope": topic._fix_cases, "11_read_rotary_config": reading._read_cases}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -58,11 +60,12 @@ def _grade(task_id: str, fn) -> tuple[float, int, str]:
     return score(task_id, outputs_of(task_id, fn))
 
 
-def test_the_lesson_has_four_tasks_worth_ten_points_two_questions_and_a_find_the_bug_task():
+def test_the_lesson_has_four_tasks_worth_ten_points_two_questions_and_one_implement_task():
     lesson = [t for t in TASKS.values() if t.id.startswith("11_")]
     tasks = [t for t in lesson if t.run != "answer"]
     assert [t.id for t in tasks] == list(TASK_IDS)
     assert sum(t.points for t in tasks) == 10 and len(lesson) - len(tasks) == 2
+    assert [t.kind for t in tasks] == ["implement", "diagnose", "diagnose", "read"]
     assert "11_fix_interleaved_mrope_buggy" in _cells()
 
 
@@ -85,22 +88,24 @@ MUTANTS = [
      "torch.cat((torch.stack((ax.sin(), ax.cos()), -1).flatten(1), torch.stack((ay.sin(), ay.cos()), -1)"
      ".flatten(1)), dim=1)", "interleaves sin and cos"),
     ("11_sincos_2d", "/ quarter)", "/ (2 * quarter))", "d_model/2 in the exponent"),
-    ("11_axial_rope", "theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
-     "theta = 10000.0 ** (-(torch.arange(0, d, 2, dtype=torch.float64) + sum(axes_dims[:a])) / x.shape[-1])",
-     "over the whole head"),
-    ("11_axial_rope", "positions[:, a:a + 1]", "positions.flip(-1)[:, a:a + 1]", "reverse order"),
-    ("11_axial_rope", "a, b = x.double()[..., 0::2], x.double()[..., 1::2]  # (..., T, Dh/2) each\n"
-     "    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
-     "a, b = x.double().chunk(2, dim=-1)\n"
-     "    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
-     "the half layout"),
-    ("11_mrope_positions", "top = int(parts[-1].max())",
-     "top = int(parts[-1][0].max()) if isinstance(seg, int) else start + seg[0] * seg[1] * seg[2] - 1",
-     "by its number of tokens"),
-    ("11_mrope_positions", "top = int(parts[-1].max())", "top = int(parts[-1].max()) if isinstance(seg, int) "
-     "else start + max(seg[1], seg[2]) - 1", "max(h, w) only"),
-    ("11_mrope_positions", "parts.append(torch.stack((ti, hi, wi)).reshape(3, -1) + start)",
-     "parts.append(torch.stack((ti.reshape(-1) + start, hi.reshape(-1), wi.reshape(-1))))", "start at 0"),
+    ("11_diagnose_mrope_ids", "    fixed = ids()\n", "    fixed = observed\n", "changes nothing"),
+    ("11_diagnose_mrope_ids", "    fixed = ids()\n", "    fixed = ids(\"counts_tokens\")\n",
+     "number of tokens"),
+    ("11_diagnose_mrope_ids", "if torch.equal(ids(c), observed)", "if not torch.equal(ids(c), observed)",
+     "would give other ids"),
+    ("11_diagnose_mrope_ids", "spatial = 0 if cause == \"hw_from_zero\" else start",
+     "spatial = 0 if cause in (\"hw_from_zero\", None) else start",
+     "start at 0 in every block"),
+    ("11_read_rotary_config", 'base = config.get("rope_theta", 10000.0)', "base = 10000.0",
+     "another rope_theta"),
+    ("11_read_rotary_config", "base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+     "base ** (-torch.arange(2 * first, 2 * first + d, 2, dtype=torch.float64) / sum(axes))", "whole head"),
+    ("11_read_rotary_config", 'if rope.get("mrope_interleaved"):', "if False:", "read interleaved sections"),
+    ("11_read_rotary_config", 'if rope.get("mrope_interleaved"):', "if True:", "does not interleave"),
+    ("11_read_rotary_config", "theta = text[\"rope_theta\"] ** (-2 * j.double() / head_dim)",
+     "theta = text[\"rope_theta\"] ** (-2 * (j - torch.tensor([0, s0, s0 + s1])[(j >= s0).long() "
+     "+ (j >= s0 + s1).long()]).double() / (2 * torch.tensor([s0, s1, s2])[(j >= s0).long() "
+     "+ (j >= s0 + s1).long()]))", "start again at 1"),
     ("11_fix_interleaved_mrope", "a, b = x.double()[..., : dh // 2], x.double()[..., dh // 2:]\n"
      "    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)",
      "a, b = x.double()[..., 0::2], x.double()[..., 1::2]\n"
@@ -133,14 +138,15 @@ def test_the_shown_buggy_mrope_scores_zero_with_its_diagnosis():
 @pytest.mark.parametrize("cheat", [
     ("11_sincos_2d", "def sincos_2d_table(grid_h, grid_w, d_model):\n"
      "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
-    ("11_axial_rope", "def axial_rope(x, positions, axes_dims):\n"
-     "    return posenc_lesson.apply_axial_rope(x, positions, tuple(axes_dims))"),
-    ("11_axial_rope", "def axial_rope(x, positions, axes_dims):\n"
-     "    parts, s = [], 0\n    for a, d in enumerate(axes_dims):\n"
-     "        parts.append(posenc_lesson.apply_rope(x[..., s:s + d], positions[:, a]))\n        s += d\n"
-     "    return torch.cat(parts, dim=-1)"),
-    ("11_mrope_positions", "def mrope_position_ids(segments):\n"
-     "    return posenc_lesson.mrope_positions([s if isinstance(s, int) else tuple(s) for s in segments])"),
+    ("11_diagnose_mrope_ids", "def mrope_diagnosis(segments, observed):\n"
+     "    fixed = posenc_lesson.mrope_positions([s if isinstance(s, int) else tuple(s) for s in segments])\n"
+     "    return 'counts_tokens', fixed"),
+    ("11_read_rotary_config", "def pair_rates(config):\n"
+     "    axes = config['axes_dims_rope']\n"
+     "    return posenc_lesson.multi_axis.axial_angles(torch.eye(len(axes)), tuple(axes)).T"),
+    ("11_read_rotary_config", "def pair_rates(config):\n"
+     "    spec = posenc_lesson.describe_positions(config)\n"
+     "    return torch.zeros(spec.head_dim // 2, 3)"),
     ("11_fix_interleaved_mrope", "def mrope_fixed(x, positions, mrope_section):\n"
      "    return posenc_lesson.apply_mrope(x, positions, mrope_section, interleaved=True)"),
 ], ids=lambda c: c[0])
@@ -200,14 +206,16 @@ def test_hidden_inputs_keep_the_stated_constraints():
     for seed in range(1, 6):
         for h, w, d in topic._table_cases(seed):
             assert 2 <= h <= 9 and 2 <= w <= 9 and d % 4 == 0
-        for x, positions, axes in topic._axial_cases(seed):
-            assert sum(axes) == x.shape[-1] and all(a % 2 == 0 for a in axes)
-            assert positions.shape == (x.shape[-2], len(axes)) and not positions.is_floating_point()
-        long_video = False
-        for (segments,) in topic._positions_cases(seed):
-            assert isinstance(segments[0], int)
-            long_video |= any(not isinstance(s, int) and s[0] > max(s[1], s[2]) for s in segments)
-        assert long_video  # the case where transformers 5's step differs is always among them
+        causes = [topic._cause_of(segments, observed) for segments, observed in topic._diagnose_cases(seed)]
+        assert sorted(causes) == sorted(topic.CAUSES)  # every cause once, each case telling one apart
+        for segments, observed in topic._diagnose_cases(seed):
+            assert isinstance(segments[0], int) and observed.shape == topic._positions_ref(segments).shape
+        forms = set()
+        for (config,) in reading._read_cases(seed):
+            rates = reading._rates_ref(config)
+            assert ((rates != 0).sum(dim=1) == 1).all()  # every pair turned by one coordinate
+            forms.add("flux" if "axes_dims_rope" in config else "qwen")
+        assert forms == {"flux", "qwen"}
         for x, positions, section in topic._fix_cases(seed):
             assert sum(section) == x.shape[-1] // 2 and positions.shape == (3, x.shape[-2])
             assert 3 * section[1] <= sum(section) and 3 * section[2] <= sum(section)

@@ -1,14 +1,17 @@
-"""Lesson 11's tasks (exercises/11_beyond_one_axis.ipynb): the 2-D sin-cos table, axial RoPE, the
-M-RoPE position ids of a mixed text-and-vision sequence, and a find-the-bug (Qwen3-VL's interleaved
-sections read as Qwen2-VL's chunks). Its two concept questions are in ``multi_axis_questions.py``.
+"""Lesson 11's tasks (exercises/11_beyond_one_axis.ipynb): the 2-D sin-cos table, a diagnosis of wrong
+M-RoPE position ids (the cause drawn per case from five real ones, and the fix), and a find-the-bug
+(Qwen3-VL's interleaved sections read as Qwen2-VL's chunks). The config-reading task and the two
+concept questions are in ``multi_axis_questions.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, any other
 seed fresh hidden ones of the same kind. The references are the library's (``sincos_2d``,
-``apply_axial_rope``, ``mrope_positions``, ``apply_mrope``), which equal MAE, diffusers and
-transformers (tests/test_multi_axis.py); the known mistakes are computed here.
+``mrope_positions``, ``apply_mrope``), which equal MAE, diffusers and transformers
+(tests/test_multi_axis.py); the known mistakes are computed here.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,8 +19,22 @@ from torch import Tensor
 from .. import mrope as _mrope
 from .. import multi_axis as _axis
 from .. import rope as _rope
-from .judges import Mistake, call, draw, randn, seeded, tensor_judge
-from .registry import Task, register
+from ..harness.in_kernel import learner_text
+from .judges import (
+    Judged,
+    Mistake,
+    as_float_tensor,
+    call,
+    close,
+    diagnoses,
+    draw,
+    feedback,
+    randn,
+    seeded,
+    tensor_judge,
+    type_text,
+)
+from .registry import Task, is_marker, register
 
 # the library's own versions, and the helpers behind them
 GRID_FORBIDDEN = ("posenc_lesson.sincos_2d", "posenc_lesson.get_sinusoidal_encoding",
@@ -106,105 +123,11 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 11_axial_rope: axis a owns axes_dims[a]/2 consecutive interleaved pairs, its own frequencies
+# 11_diagnose_mrope_ids: a colleague's M-RoPE position ids are wrong; name the cause, write the fix
 # --------------------------------------------------------------------------------------
 
-def _axial(x: Tensor, positions: Tensor, axes_dims: tuple, *, whole_head: bool = False, swap: bool = False,
-           layout: str = "interleaved", sign: int = 1, first_axis_only: bool = False) -> Tensor:
-    """Axial RoPE in float64 with the knobs real mistakes turn."""
-    pos = positions.flip(-1) if swap else positions  # (T, A)
-    pos = sign * pos
-    if first_axis_only:
-        pos = pos[:, :1].expand(-1, pos.shape[1])
-    dh = x.shape[-1]
-    parts = []
-    for a, d in enumerate(axes_dims):
-        two_i = torch.arange(0, d, 2, dtype=torch.float64)
-        if whole_head:  # one RoPE over the head: pair index continues, exponent uses Dh
-            two_i = two_i + sum(axes_dims[:a])
-            parts.append(pos[:, a:a + 1].double() * 10_000.0 ** (-two_i / dh))
-        else:
-            parts.append(pos[:, a:a + 1].double() * 10_000.0 ** (-two_i / d))
-    angle = torch.cat(parts, dim=1)  # (T, Dh/2)
-    return _rope._rotate(x.double(), _rope._rotation(angle, layout, torch.float64), layout, torch.float64)
-
-
-def _axial_ref(x: Tensor, positions: Tensor, axes_dims: tuple) -> Tensor:
-    return _axis.apply_axial_rope(x.double(), positions, tuple(axes_dims))
-
-
-def _axial_cases(seed: int = 0) -> list[tuple]:
-    """(x (..., T, Dh), positions (T, A) integers, axes_dims): A = 2 or 3, even dims summing to Dh."""
-    g = seeded(1110 + seed)
-    if seed == 0:
-        specs = [((2, 12, 16), (8, 8), (3, 4)), ((1, 2, 6, 24), (4, 10, 10), None),
-                 ((10, 12), (4, 8), (2, 5)), ((3, 9, 32), (16, 16), (3, 3))]
-    else:
-        specs = []
-        for _ in range(3):
-            axes = tuple(2 * draw(g, 1, 8) for _ in range(draw(g, 2, 3)))
-            h, w = draw(g, 1, 4), draw(g, 2, 4)
-            specs.append(((draw(g, 1, 3), h * w, sum(axes)), axes, (h, w) if len(axes) == 2 else None))
-    cases = []
-    for shape, axes, grid in specs:
-        t = shape[-2]
-        if grid is not None:
-            pos = torch.stack(torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij"),
-                              dim=-1).reshape(-1, 2) + torch.tensor([draw(g, 0, 5), draw(g, 0, 5)])  # (T, 2)
-        else:
-            pos = torch.randint(0, 20, (t, len(axes)), generator=g)  # (T, A): e.g. FLUX's (t, row, col)
-        cases.append((randn(g, *shape), pos, axes))
-    return cases
-
-
-_AXIAL_MISTAKES = [
-    Mistake(lambda x, p, a: _axial(x, p, a, whole_head=True),
-            "your frequencies run over the whole head, base^(-2j/Dh) with j counting on across the axes; "
-            "each axis has its own, base^(-2i/axes_dims[a]) with i restarting at 0.",
-            "for axis a: theta_(a,i) = 10000^(-2i / axes_dims[a]), i = 0 .. axes_dims[a]/2 - 1.",
-            id="multi_axis.axial_whole_head_frequencies"),
-    Mistake(lambda x, p, a: _axial(x, p, a, swap=True),
-            "your axes are in the reverse order: the first group of pairs must turn by positions[:, 0], "
-            "the next by positions[:, 1], ... (row before column here).",
-            "axis a turns by positions[:, a], in the order of axes_dims.",
-            id="multi_axis.axial_axes_swapped"),
-    Mistake(lambda x, p, a: _axial(x, p, a, layout="half"),
-            "your pairs are (j, j + Dh/2), the half layout (Qwen2-VL's vision code); this task uses FLUX's "
-            "interleaved pairs (2j, 2j + 1).",
-            "x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair.",
-            id="multi_axis.axial_half_layout"),
-    Mistake(lambda x, p, a: _axial(x, p, a, sign=-1),
-            "you rotate the wrong way, by -p theta (the transposed rotation).",
-            "x'_a = x_a cos - x_b sin, x'_b = x_a sin + x_b cos.", id="multi_axis.axial_sign_flipped"),
-    Mistake(lambda x, p, a: _axial(x, p, a, first_axis_only=True),
-            "every group of pairs turns by the first coordinate; each axis must use its own column of "
-            "positions.",
-            "group a (axes_dims[a] channels) turns by positions[:, a].",
-            id="multi_axis.axial_one_coordinate"),
-]
-
-register(Task(
-    id="11_axial_rope",
-    kind="implement",
-    title="Axial RoPE (FLUX's layout)",
-    points=3,
-    entry="axial_rope",
-    forbidden=ROTATION_FORBIDDEN,
-    cases=_axial_cases,
-    hidden=_axial_cases,
-    run=call,
-    judge=tensor_judge(_axial_ref, _AXIAL_MISTAKES, ("x", "positions", "axes_dims"),
-                       "axis a owns the next axes_dims[a] channels (axes_dims[a]/2 interleaved pairs), with "
-                       "theta_(a,i) = 10000^(-2i/axes_dims[a]), turned by positions[:, a]."),
-))
-
-
-# --------------------------------------------------------------------------------------
-# 11_mrope_positions: the three streams of a text + vision sequence (Qwen2-VL's rule)
-# --------------------------------------------------------------------------------------
-
-def _streams(segments: list, *, step: str = "max", hw_swapped: bool = False,
-             hw_offset: bool = True) -> Tensor:
+def _streams(segments: list, *, step: str = "max", hw_swapped: bool = False, hw_offset: bool = True,
+             overlap: bool = False) -> Tensor:
     """M-RoPE positions with the knobs real mistakes turn. (3, T) int64"""
     parts, top = [], -1
     for seg in segments:
@@ -214,6 +137,7 @@ def _streams(segments: list, *, step: str = "max", hw_swapped: bool = False,
             top = start + seg - 1
             continue
         t, h, w = seg
+        start = start - 1 if overlap else start  # the block starts on the token before it
         if hw_swapped:  # width varies slowest inside a frame
             ti, wi, hi = torch.meshgrid(torch.arange(t), torch.arange(w), torch.arange(h), indexing="ij")
         else:
@@ -229,60 +153,158 @@ def _positions_ref(segments: list) -> Tensor:
     return _mrope.mrope_positions([s if isinstance(s, int) else tuple(s) for s in segments])
 
 
-def _positions_cases(seed: int = 0) -> list[tuple]:
-    """(segments,): runs of text (ints) and (t, h, w) blocks, incl. a video longer than wide."""
+# cause -> the colleague's ids; what each cause looks like is the learner's to work out (statement: a menu)
+CAUSES = {"counts_tokens": dict(step="tokens"), "max_hw_step": dict(step="hw"),
+          "width_slowest": dict(hw_swapped=True), "hw_from_zero": dict(hw_offset=False),
+          "block_overlaps": dict(overlap=True)}
+
+
+def _observed(segments: list, cause: str) -> Tensor:
+    return _streams(segments, **CAUSES[cause])
+
+
+def _cause_of(segments: list, observed: Tensor) -> str:
+    """The one cause whose ids equal ``observed`` (cases are drawn so that exactly one does)."""
+    found = [c for c in CAUSES if torch.equal(_observed(segments, c), observed)]
+    if len(found) != 1 or torch.equal(observed, _positions_ref(segments)):
+        raise ValueError("not a case of this task")
+    return found[0]
+
+
+def _telling(segments: list, cause: str) -> bool:
+    """True if ``cause``'s ids differ from the right ones and from every other cause's."""
+    seen = _observed(segments, cause)
+    return all(not torch.equal(seen, other) for other in
+               [_positions_ref(segments)] + [_observed(segments, c) for c in CAUSES if c != cause])
+
+
+def _diagnose_cases(seed: int = 0) -> list[tuple]:
+    """(segments, observed (3, T)): every cause once, in a drawn order; text first, then blocks and text."""
     if seed == 0:
-        return [([3, (1, 2, 3), 2],), ([2, (1, 3, 2), 1, (2, 2, 2), 3],), ([1, (4, 2, 3), 2],), ([5],),
-                ([(1, 2, 2), 2, (3, 1, 4), 1],)]
+        specs = [([3, (1, 2, 3), 2], "hw_from_zero"), ([2, (6, 2, 3), 2], "max_hw_step"),
+                 ([1, (1, 3, 2), 2], "width_slowest"), ([2, (1, 2, 2), 1, (2, 1, 3), 2], "counts_tokens"),
+                 ([4, (1, 2, 3), 1], "block_overlaps")]
+        return [(segs, _observed(segs, cause)) for segs, cause in specs]
     g = seeded(1120 + seed)
+    causes = list(CAUSES)
+    causes = [causes[i] for i in torch.randperm(len(causes), generator=g).tolist()]
     cases = []
-    for k in range(4):
-        segs: list = [draw(g, 1, 4)]
-        for _ in range(draw(g, 1, 2)):
-            h, w = draw(g, 1, 4), draw(g, 1, 4)
-            t = max(h, w) + draw(g, 1, 3) if k == 0 else draw(g, 1, 3)  # case 0: a video longer than wide
-            segs += [(t, h, w), draw(g, 1, 3)]
-        cases.append((segs,))
+    for cause in causes:
+        while True:
+            segs: list = [draw(g, 1, 4)]
+            for _ in range(draw(g, 1, 2)):
+                h, w = draw(g, 1, 4), draw(g, 1, 4)
+                t = max(h, w) + draw(g, 1, 3) if cause == "max_hw_step" else draw(g, 1, 3)
+                segs += [(t, h, w), draw(g, 1, 3)]
+            if _telling(segs, cause):
+                break
+        cases.append((segs, _observed(segs, cause)))
     return cases
 
 
-_POSITIONS_MISTAKES = [
+_IDS_MISTAKES = [
     Mistake(lambda s: _streams(s, step="tokens"),
-            "after a vision block you count on by its number of tokens, t * h * w, as a 1-D position "
+            "after a vision block your fix counts on by its number of tokens, t * h * w, as a 1-D position "
             "would; M-RoPE moves on to the largest position the block used, plus one.",
-            "after a block starting at s the next position is s + max(t, h, w).",
+            "the next segment starts at 1 + the largest position used so far on any stream.",
             id="multi_axis.mrope_counts_tokens"),
     Mistake(lambda s: _streams(s, step="hw"),
-            "after a block you move on by max(h, w) only (what transformers 5 does); with a video longer "
-            "than it is wide the time stream has gone further, so the rule of this task, the original "
-            "Qwen2-VL one, moves on by max(t, h, w).",
+            "after a block your fix moves on by max(h, w) only (what transformers 5 does); with a video "
+            "longer than it is wide the time stream has gone further, and the fix asked for is the "
+            "original Qwen2-VL rule (the library's mrope_positions).",
             "the next start is 1 + the largest position used so far on any stream.",
             id="multi_axis.mrope_moves_by_max_hw"),
     Mistake(lambda s: _streams(s, hw_swapped=True),
-            "inside a frame your tokens go column by column (width slowest); they are row-major over "
-            "(t, h, w): the width index changes fastest.",
+            "inside a frame your fix reads the tokens column by column (width slowest); they are row-major "
+            "over (t, h, w): the width index changes fastest.",
             "token k of a block is (ti, hi, wi) with k = (ti * h + hi) * w + wi.",
             id="multi_axis.mrope_hw_swapped"),
     Mistake(lambda s: _streams(s, hw_offset=False),
-            "your height and width streams start at 0 in every block; all three start at s, the block's "
-            "start (max so far + 1).",
-            "token (ti, hi, wi) gets (s + ti, s + hi, s + wi).", id="multi_axis.mrope_hw_not_offset"),
+            "in your fix the height and width streams start at 0 in every block; all three start at the "
+            "block's start, like its time stream.",
+            "a block's first token continues from the token before it on all three streams.",
+            id="multi_axis.mrope_hw_not_offset"),
+    Mistake(lambda s: _streams(s, overlap=True),
+            "in your fix a block's first token shares the position of the token before it; it comes after "
+            "it, like a text token would.", "a block starts at 1 + the largest position used so far.",
+            id="multi_axis.mrope_block_overlaps"),
 ]
+_KEPT = ("multi_axis.mrope_fix_kept_observed", "your fixed ids are the observed ones unchanged: the fix "
+         "changes nothing.", "the fix is the ids the library's rule (lesson 11, section 8) gives these "
+         "segments.")
+_CAUSE_HINT = {
+    "counts_tokens": "compare the first position after each vision block with the largest position the "
+                     "block used, on any stream.",
+    "max_hw_step": "look at the position that follows a video with more frame groups than rows or columns.",
+    "width_slowest": "inside a block, look at which stream changes from one token to the next.",
+    "hw_from_zero": "look at a block's first token: do its three streams continue from the token before it?",
+    "block_overlaps": "compare a block's first token with the token right before it.",
+}
+
+
+def _fix_said(segments: list, observed: Tensor, fixed: Any) -> tuple[str, str, str] | None:
+    ref, got = _positions_ref(segments).double(), as_float_tensor(fixed)
+    if close(got, ref):
+        return None
+    if got is None:
+        return ("generic.wrong_type", f"the fix must be a (3, T) tensor; got {type_text(fixed)}.", _KEPT[2])
+    if tuple(got.shape) != tuple(ref.shape):
+        return ("generic.wrong_shape", f"the fix must have shape {tuple(ref.shape)}, the observed ids' "
+                f"shape; got {tuple(got.shape)}.", _KEPT[2])
+    if close(got, observed.double()):
+        return _KEPT
+    for mistake in _IDS_MISTAKES:
+        if close(got, mistake.compute(segments).double()):
+            return (mistake.id, mistake.diagnosis, mistake.hint)
+    return ("generic.wrong_unknown", "your fixed ids are not the ones the library's rule gives.", _KEPT[2])
+
+
+@diagnoses(*(f"multi_axis.mrope_cause_missed_{c}" for c in CAUSES), _KEPT[0],
+           *(m.id for m in _IDS_MISTAKES))
+def _diagnose_judge(outputs: list, cases: list) -> Judged:
+    points, per_case, found = 0.0, [], []
+    for out, (segments, observed) in zip(outputs, cases, strict=True):
+        truth, said = _cause_of(segments, observed), []
+        if is_marker(out, "error"):
+            said.append(("generic.error", f"your code raised {learner_text(out['error'])}.", _KEPT[2]))
+        elif not (isinstance(out, list | tuple) and len(out) == 2):
+            said.append(("generic.wrong_type", f"expected (cause, fixed ids); got {type_text(out)}.",
+                         f"return a tuple: one of {tuple(CAUSES)} and the (3, T) tensor of right ids."))
+        else:
+            cause, fixed = out
+            if cause != truth:
+                named = (f"you named {cause!r}, but {cause!r} would give other ids on this case"
+                         if cause in CAUSES else f"{cause!r} is not one of {tuple(CAUSES)}")
+                said.append((f"multi_axis.mrope_cause_missed_{truth}", named + ".", _CAUSE_HINT[truth]))
+            else:
+                points += 0.5
+            fix = _fix_said(segments, observed, fixed)
+            if fix is None:
+                points += 0.5
+            else:
+                said.append(fix)
+        per_case.append(said[0][0] if said else None)
+        found += [(i, f"on the case segments={segments}: {text}", hint) for i, text, hint in said]
+    if not found:
+        return Judged(1.0, f"passed: all {len(cases)} cases diagnosed and fixed.", None, per_case)
+    # the feedback names a bug in the learner's own fix first, then a wrong cause, then the rest
+    rank = [m.id for m in _IDS_MISTAKES] + [f"multi_axis.mrope_cause_missed_{c}" for c in CAUSES] + [_KEPT[0]]
+    first = min(found, key=lambda f: rank.index(f[0]) if f[0] in rank else len(rank))
+    return Judged(points / len(cases), feedback(first[1], first[2]), first[0], per_case)
+
 
 register(Task(
-    id="11_mrope_positions",
-    kind="implement",
-    title="M-RoPE position ids of a mixed sequence",
+    id="11_diagnose_mrope_ids",
+    kind="diagnose",
+    title="Diagnose wrong M-RoPE position ids",
     points=3,
-    entry="mrope_position_ids",
-    forbidden=MROPE_FORBIDDEN,
-    cases=_positions_cases,
-    hidden=_positions_cases,
+    entry="mrope_diagnosis",
+    forbidden=MROPE_FORBIDDEN + ("posenc_lesson.tasks.multi_axis._cause_of",
+                                 "posenc_lesson.tasks.multi_axis._observed"),
+    cases=_diagnose_cases,
+    hidden=_diagnose_cases,
     run=call,
-    judge=tensor_judge(_positions_ref, _POSITIONS_MISTAKES, ("segments",),
-                       "text tokens: the same position on all three streams, counting on from max so "
-                       "far + 1; a (t, h, w) block starting at s gives (s + ti, s + hi, s + wi): a (3, T) "
-                       "tensor."),
+    judge=_diagnose_judge,
 ))
 
 

@@ -1,17 +1,191 @@
-"""Lesson 11's concept questions (exercises/11_beyond_one_axis.ipynb): a neighbour's angle under
-normalised coordinates at twice the resolution, and how many of a FLUX.1 head's channels never turn.
-The answers come from the library (``grid_positions``, ``apply_axial_rope``); ids keep the lesson's
-topic, ``multi_axis.*``.
+"""Lesson 11's config-reading task and its two concept questions (exercises/11_beyond_one_axis.ipynb).
+
+11_read_rotary_config: a real config.json (FLUX.1, FLUX.2 from diffusers; Qwen2-VL, Qwen2.5-VL, Qwen3-VL
+from transformers; hidden ones of the same forms, sizes drawn) -> how many radians each rotary pair turns
+per unit of each coordinate, judged against the library (``axial_angles`` for FLUX's axes;
+``describe_positions``, ``rope_frequencies`` and ``mrope_streams`` for Qwen's sections).
+The questions: a neighbour's angle under normalised coordinates at twice the resolution, and how many
+of a FLUX.1 head's channels never turn. Ids keep the lesson's topic, ``multi_axis.*``.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
+from .. import field_guide as _guide
+from .. import mrope as _mrope
 from .. import multi_axis as _axis
+from .. import rope as _rope
 from .concepts import Misconception, choice_judge, number_judge, question
-from .registry import register
+from .judges import Mistake, call, draw, pick, seeded, tensor_judge
+from .registry import Task, register
 
+# --------------------------------------------------------------------------------------
+# 11_read_rotary_config: what each pair turns with, read from a config.json
+# --------------------------------------------------------------------------------------
+
+# black-forest-labs/FLUX.1-dev, transformer/config.json (no rope_theta: FluxPosEmbed(theta=10000))
+FLUX1_DEV = {
+    "_class_name": "FluxTransformer2DModel", "attention_head_dim": 128, "axes_dims_rope": [16, 56, 56],
+    "guidance_embeds": True, "in_channels": 64, "joint_attention_dim": 4096, "num_attention_heads": 24,
+    "num_layers": 19, "num_single_layers": 38, "patch_size": 1, "pooled_projection_dim": 768}
+FLUX2 = {  # diffusers' Flux2Transformer2DModel: axes_dims_rope (32, 32, 32, 32), rope_theta 2000 (lesson 11)
+    "_class_name": "Flux2Transformer2DModel", "attention_head_dim": 128, "axes_dims_rope": [32, 32, 32, 32],
+    "num_attention_heads": 48, "rope_theta": 2000}
+QWEN2_VL_7B = {  # Qwen/Qwen2-VL-7B-Instruct (tools/hf_model_configs.py; text keys under text_config)
+    "model_type": "qwen2_vl", "text_config": {
+        "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+        "rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}}
+QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct (tools/hf_checkpoint_configs.py; text keys at the top level)
+    "model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+    "num_hidden_layers": 28, "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+QWEN3_VL_8B = {  # Qwen/Qwen3-VL-8B-Instruct's text_config: interleaved sections (24, 20, 20), rope_theta 5e6
+    "model_type": "qwen3_vl", "text_config": {
+        "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 36, "rope_theta": 5000000,
+        "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}}}
+
+
+def _text(config: dict) -> dict:
+    return config.get("text_config") or config
+
+
+def _section(config: dict) -> tuple[tuple[int, ...], bool]:
+    """mrope_section and mrope_interleaved, from rope_scaling (or transformers 5's rope_parameters)."""
+    rope = _text(config).get("rope_scaling") or _text(config).get("rope_parameters") or {}
+    return tuple(rope["mrope_section"]), bool(rope.get("mrope_interleaved", False))
+
+
+def _onehot(stream: Tensor, n: int) -> Tensor:
+    return torch.nn.functional.one_hot(stream, n).double()  # (Dh/2, n)
+
+
+def _rates_ref(config: dict) -> Tensor:
+    """Radians per unit of each coordinate, pair by pair: (Dh/2, A), A axes (FLUX) or 3 streams (M-RoPE)."""
+    if "axes_dims_rope" in config:
+        axes = tuple(config["axes_dims_rope"])
+        base = float(config.get("rope_theta", 10_000.0))  # FLUX.1: FluxPosEmbed(theta=10000)
+        return _axis.axial_angles(torch.eye(len(axes), dtype=torch.float64), axes, base).T  # (Dh/2, A)
+    spec = _guide.describe_positions(config)
+    assert spec.layout == "half" and {r["rope_type"] for r in spec.rope} == {"default"}
+    theta = _rope.rope_frequencies(spec.head_dim, spec.rope[0]["rope_theta"], dtype=torch.float64)
+    section, interleaved = _section(config)
+    return theta[:, None] * _onehot(_mrope.mrope_streams(section, interleaved=interleaved), 3)
+
+
+def _rates(config: dict, *, whole_head: bool = False, restart: bool = False, base: float | None = None,
+           interleaved: bool | None = None) -> Tensor:
+    """The rates with the knobs real misreadings turn. (Dh/2, A)"""
+    if "axes_dims_rope" in config:
+        axes = list(config["axes_dims_rope"])
+        b = base or float(config.get("rope_theta", 10_000.0))
+        stream = torch.cat([torch.full((d // 2,), a) for a, d in enumerate(axes)])  # (Dh/2,)
+        if whole_head:  # one RoPE over the whole head
+            theta = _rope.rope_frequencies(sum(axes), b, dtype=torch.float64)  # (Dh/2,)
+            return theta[:, None] * _onehot(stream, len(axes))
+        return _axis.axial_angles(torch.eye(len(axes), dtype=torch.float64), tuple(axes), b).T
+    spec = _guide.describe_positions(config)
+    section, inter = _section(config)
+    stream = _mrope.mrope_streams(section, interleaved=inter if interleaved is None else interleaved)
+    theta = _rope.rope_frequencies(spec.head_dim, base or spec.rope[0]["rope_theta"], dtype=torch.float64)
+    if restart:  # FLUX's habit: each stream's pairs get the frequencies of a head of their own width
+        theta = torch.zeros_like(theta)
+        for k in range(3):
+            mine = stream == k
+            theta[mine] = _rope.rope_frequencies(2 * int(mine.sum()), base or spec.rope[0]["rope_theta"],
+                                                 dtype=torch.float64)
+    return theta[:, None] * _onehot(stream, 3)
+
+
+def _read_cases(seed: int = 0) -> list[tuple]:
+    """(config,): the five real configs, or four of their forms, sizes drawn (at least one FLUX, one Qwen)."""
+    if seed == 0:
+        return [(FLUX1_DEV,), (QWEN2_VL_7B,), (QWEN3_VL_8B,), (FLUX2,), (QWEN25_VL_7B,)]
+    g = seeded(1110 + seed)
+    cases = []
+    for k in range(4):
+        form = pick(g, ("flux1", "flux2") if k == 0 else ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") if k == 1 else
+                    ("flux1", "flux2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
+        if form.startswith("flux"):
+            side = 2 * draw(g, 4, 28)
+            axes = ([2 * draw(g, 2, 8), side, side] if form == "flux1"
+                    else [2 * draw(g, 2, 16) for _ in range(4)])
+            config = {**(FLUX1_DEV if form == "flux1" else FLUX2), "axes_dims_rope": axes,
+                      "attention_head_dim": sum(axes), "num_attention_heads": draw(g, 2, 48)}
+            if form == "flux2":
+                config["rope_theta"] = pick(g, (500, 1000, 2000, 4000))
+        else:
+            s1 = draw(g, 2, 12)
+            section = [s1 + draw(g, 0, 8), s1, s1]
+            head_dim, heads = 2 * sum(section), draw(g, 2, 16)
+            rope = ({"mrope_interleaved": True, "mrope_section": section, "rope_type": "default"}
+                    if form == "qwen3_vl" else {"type": "mrope", "mrope_section": section})
+            text = {"hidden_size": head_dim * heads, "num_attention_heads": heads,
+                    "num_hidden_layers": draw(g, 2, 8), "rope_scaling": rope,
+                    "rope_theta": pick(g, (10_000.0, 1_000_000.0, 5_000_000))}
+            if form == "qwen3_vl":
+                text = {"model_type": "qwen3_vl_text", "head_dim": head_dim, **text,
+                        "hidden_size": 64 * draw(g, 8, 64)}
+            config = ({"model_type": form, **text} if form == "qwen2_5_vl"
+                      else {"model_type": form, "text_config": text})
+        cases.append((config,))
+    return cases
+
+
+_READ_MISTAKES = [
+    Mistake(lambda c: _rates(c, whole_head=True),
+            "your FLUX frequencies run over the whole head, base^(-2j/Dh), j counting on across the axes; "
+            "each of FLUX's axes is a RoPE of its own width, its frequencies starting again at 1.",
+            "axes_dims_rope lists channels per axis; axis a's pairs turn like a head of axes_dims_rope[a] "
+            "channels.", id="multi_axis.read_axial_whole_head"),
+    Mistake(lambda c: _rates(c, restart=True),
+            "your M-RoPE frequencies start again at 1 in each stream's pairs, as FLUX's axes do; in Qwen-VL "
+            "pair j keeps the ordinary frequency of the whole head, and the section only says which stream "
+            "turns it.", "theta_j = base^(-2j/Dh) for every pair j, whatever its stream.",
+            id="multi_axis.read_mrope_frequencies_restart"),
+    Mistake(lambda c: _rates(c, base=10_000.0),
+            "you used base 10000 where the config sets another rope_theta.",
+            "read rope_theta where the config keeps it (the text part of a Qwen-VL config); only FLUX.1's "
+            "config has none (FluxPosEmbed's theta=10000).", id="multi_axis.read_rope_theta_ignored"),
+    Mistake(lambda c: _rates(c, interleaved=False),
+            "you read interleaved sections as chunks: this config sets mrope_interleaved, so its streams "
+            "cycle over the pairs (Qwen3-VL).", "look for mrope_interleaved next to mrope_section.",
+            id="multi_axis.read_mrope_interleave_ignored"),
+    Mistake(lambda c: _rates(c, interleaved=True),
+            "you interleaved sections this config does not interleave: without mrope_interleaved the streams "
+            "take consecutive chunks of pairs (Qwen2-VL, Qwen2.5-VL).",
+            "interleaving is set by mrope_interleaved: true; without it, time takes the first s0 pairs.",
+            id="multi_axis.read_mrope_interleave_assumed"),
+    Mistake(lambda c: _rates_ref(c).T, "your table is transposed: one row per coordinate.",
+            "one row per pair j: shape (Dh/2, number of axes or streams).",
+            id="multi_axis.read_rates_transposed"),
+]
+
+register(Task(
+    id="11_read_rotary_config",
+    kind="read",
+    title="Read a config: what each rotary pair turns with",
+    points=3,
+    entry="pair_rates",
+    forbidden=("posenc_lesson.apply_axial_rope", "posenc_lesson.multi_axis.axial_angles",
+               "posenc_lesson.apply_mrope", "posenc_lesson.mrope.mrope_streams",
+               "posenc_lesson.describe_positions",
+               "posenc_lesson.rope_frequencies", "posenc_lesson.apply_rope",
+               "posenc_lesson.tasks.multi_axis_questions._rates_ref"),
+    cases=_read_cases,
+    hidden=_read_cases,
+    run=call,
+    judge=tensor_judge(_rates_ref, _READ_MISTAKES, ("config",),
+                       "row j is pair j, column a its axis (FLUX) or stream (Qwen-VL): the radians pair j "
+                       "turns when coordinate a grows by 1, 0 where another coordinate turns it."),
+))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py)
+# --------------------------------------------------------------------------------------
 
 def _neighbour_angle_ratio(train: int = 16, test: int = 32) -> float:
     """Angle to the right-hand neighbour on a test x test grid over the one on train x train (normalised)."""
