@@ -41,7 +41,7 @@ QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct (tools/hf_checkpoint_configs.py;
     "model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
     "num_hidden_layers": 28, "rope_theta": 1000000.0,
     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
-QWEN3_VL_8B = {  # Qwen/Qwen3-VL-8B-Instruct's text_config: interleaved sections (24, 20, 20), rope_theta 5e6
+QWEN3_VL_8B = {  # Qwen/Qwen3-VL-8B-Instruct: text_config's position keys; sizes those of Qwen3-8B
     "model_type": "qwen3_vl", "text_config": {
         "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32,
         "num_key_value_heads": 8, "num_hidden_layers": 36, "rope_theta": 5000000,
