@@ -14,6 +14,11 @@ posenc_lesson/            the math: one concept per module, pure tensor function
                  (the family table in field_guide_families; posenc-describe)
     multi_axis   position on a grid: the 2-D sin-cos table, axial RoPE
     mrope        multimodal RoPE (Qwen2-VL, Qwen3-VL): three position streams, chunked or interleaved
+    xpos         xPos: RoPE with a per-pair decay, zeta ** (n / scale_base) on q and its inverse on k
+    forgetting   the Forgetting Transformer's bias: cumulative log forget gates, a learned ALiBi
+    cope         contextual positions (CoPE): positions that count the gates, interpolated embeddings
+    fire         FIRE: a learned function of the distance, normalised by the query's position
+    stick_breaking  stick-breaking attention's weights: recency without a position encoding
     viz          figure helpers for the lessons (the math modules never plot)
     _checks      the argument checks behind every ValueError
 
@@ -53,7 +58,10 @@ pairs are indexed by a 0-based i.
 
 from .alibi import alibi_bias, alibi_slopes
 from .attention import causal_mask, scaled_dot_product_attention
+from .cope import cope_bias, cope_positions
 from .field_guide import PositionSpec, describe_positions
+from .fire import fire_bias, fire_distances
+from .forgetting import forgetting_bias
 from .lab.copy_task import copy_batch
 from .lab.model import SCHEMES, TinyDecoder
 from .learned import LearnedPositionalEmbedding
@@ -81,6 +89,8 @@ from .sinusoidal import (
     sinusoidal_offset_matrix,
     sinusoidal_wavelengths,
 )
+from .stick_breaking import stick_breaking_weights
+from .xpos import apply_xpos, xpos_zeta
 
 __version__ = "0.1.0"
 
@@ -97,10 +107,16 @@ __all__ = [
     "apply_axial_rope",
     "apply_mrope",
     "apply_rope",
+    "apply_xpos",
     "causal_mask",
     "convert_rope_weight",
+    "cope_bias",
+    "cope_positions",
     "copy_batch",
     "describe_positions",
+    "fire_bias",
+    "fire_distances",
+    "forgetting_bias",
     "get_sinusoidal_encoding",
     "mrope_positions",
     "relative_positions",
@@ -115,5 +131,7 @@ __all__ = [
     "sinusoidal_frequencies",
     "sinusoidal_offset_matrix",
     "sinusoidal_wavelengths",
+    "stick_breaking_weights",
     "t5_relative_position_bucket",
+    "xpos_zeta",
 ]
