@@ -4,12 +4,11 @@ A learned function of the distance, read at a distance normalised by the query's
 
     b(i, j) = f_theta( psi(i - j) / psi(max(L, i)) ),      psi(x) = log(c x + 1),   j <= i
 
-f_theta is a small MLP (per head outputs), c > 0 and the threshold L > 0 are learned too. Two
-ideas in one formula:
-- psi, a log, spends the MLP's input range on short distances ("amplifying differences among
-  local positions");
-- dividing by psi(i) maps every distance of every query into [0, 1] ("progressive
-  interpolation"): a query at i = 8L reads f_theta on the same [0, 1] it was trained on. The
+f_theta is a small MLP with one output per head; c > 0 and the threshold L > 0 are parameters
+(FIRE trains them with the rest). Two ideas in one formula:
+- psi, a log, spends the MLP's input range on short distances, where nearby keys differ most;
+- dividing by psi(i) maps every distance of every query into [0, 1] (the paper's progressive
+  interpolation): a query at i = 8L reads f_theta on the same [0, 1] it was trained on. The
   threshold L stops the division from blowing up short contexts: while i <= L the normaliser is
   the constant psi(L), so b depends on i - j only, a plain relative bias.
 
