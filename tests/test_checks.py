@@ -159,11 +159,15 @@ MUTANTS = [
     ("06_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
      "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
     ("06_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
-    ("06_rotation_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
-    ("06_rotation_matrix", "= c, -s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = s, c",
-     "= c, s\n    r[idx + 1, idx], r[idx + 1, idx + 1] = -s, c", "R_m transposed"),
-    ("06_rotation_matrix", "/ head_dim)", "/ head_dim / 2)", "off by a factor of 2"),
-    ("06_convert_layout", "per_head[:, perm]", "per_head[:, torch.argsort(perm)]", "the other way"),
+    ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1.T if position >= 0 else r1", "wrong way"),
+    ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1", "|m| steps forward"),
+    ("06_rotation_matrix", "r = torch.eye(r1.shape[0], dtype=torch.float64)", "r = r1.clone()",
+     "one step too many"),
+    ("06_rotation_matrix", "r = step @ r", "r = r + (step - torch.eye(r1.shape[0], dtype=torch.float64))",
+     "I + m (R_1 - I)"),
+    ("06_convert_layout", "per_head[:, order]", "per_head[:, torch.argsort(order)]", "once more"),
+    ("06_convert_layout", "(torch.arange(half), torch.arange(half) + half)",
+     "(torch.arange(half) + half, torch.arange(half))", "wrong order"),
     ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
      "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
     ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
@@ -294,10 +298,13 @@ CHEATS = {
                                   "    return apply_rope(x, positions)"),
     "06_apply_rope_half": ("def apply_rope_half(x, positions):\n"
                            "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
-    "06_rotation_matrix": ("def rope_matrix(position, head_dim):\n"
-                           "    return posenc_lesson.sinusoidal_offset_matrix(-position, head_dim)"),
-    "06_convert_layout": ("def interleaved_to_half(weight, num_heads):\n"
-                          "    return posenc_lesson.convert_rope_weight(weight, num_heads)"),
+    "06_rotation_matrix": ("def rope_matrix(position, r):\n"
+                           "    turn, dh = (1 if r[1, 0] > 0 else -1), r.shape[0]\n"
+                           "    base = float(torch.atan2(turn * r[3, 2], r[2, 2])) ** (-dh / 2)\n"
+                           "    return posenc_lesson.rope_rotation_matrix(turn * position, dh, base)"),
+    "06_convert_layout": ("def half_to_interleaved(weight, num_heads):\n"
+                          "    return posenc_lesson.convert_rope_weight(weight, num_heads, src='half', "
+                          "dst='interleaved')"),
     "06_fix_pairing": ("def rope_half_fixed(x, positions):\n"
                        "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
     "07_alibi_slopes": ("def get_slopes(num_heads):\n"
@@ -343,7 +350,7 @@ CHEATS = {
                               "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
     "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
                               "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
-    "06_which_pair": ("from posenc_lesson.tasks.rope import _which_pair_ref\n"
+    "06_which_pair": ("from posenc_lesson.tasks.rope_questions import _which_pair_ref\n"
                       "def which_pair(scores, head_dim, base):\n"
                       "    return int(_which_pair_ref(scores, head_dim, base))"),
     "07_slope_recipe": ("from posenc_lesson.tasks.alibi import _recipe_truth\n"

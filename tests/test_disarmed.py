@@ -47,8 +47,8 @@ ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
     "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
     "rope_half_fixed": lambda x, p: pl.apply_rope(x, p, layout="half"),
-    "rope_matrix": lambda m, d: pl.rope_rotation_matrix(m, d),
-    "interleaved_to_half": lambda w, h: pl.convert_rope_weight(w, h),
+    "rope_matrix": lambda m, r: r.double().matrix_power(m),
+    "half_to_interleaved": lambda w, h: pl.convert_rope_weight(w, h, src="half", dst="interleaved"),
 }
 '''
 FORGERY = ANSWERS + '''

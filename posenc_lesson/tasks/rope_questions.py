@@ -1,0 +1,182 @@
+"""Lesson 06's diagnosis task and concept questions (exercises/06_rope.ipynb): which pair's wavelength
+explains a measured score pattern; which channels the half layout pairs; RoPE scores of random q and
+k near and far. The lesson's coding tasks are in rope.py.
+
+Hidden cases (``Task.hidden``, any seed but 0) of the diagnosis: fresh head sizes (Dh 16 .. 128),
+bases 10,000 or 500,000 and dominant pairs whose curve fits in 1,600 offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import rope as _rope
+from .concepts import Misconception, choice_judge, question
+from .judges import Mistake, call, draw, seeded, tensor_judge
+from .registry import Task, register
+
+_ROPE_ALLOWED = ("posenc_lesson.rope_frequencies",)
+
+
+# --------------------------------------------------------------------------------------
+# 06_which_pair: read a measured score pattern: which pair's wavelength explains it
+# --------------------------------------------------------------------------------------
+
+def _pair_scores(head_dim: int, base: float, pair: int, length: int, g: torch.Generator) -> Tensor:
+    """Score of q at offset d = 0 .. length-1 from k, Re sum_i q_i conj(k_i) e^{i d theta_i}, for a head
+    whose q and k put most of their energy in one pair. (length,)"""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)  # (Dh/2,)
+    size = torch.full((head_dim // 2,), 0.3 / (head_dim // 2 - 1) ** 0.5, dtype=torch.float64)
+    size[pair] = 1.0  # the other pairs together hold about a tenth of the energy
+    phase = torch.rand(head_dim // 2, generator=g, dtype=torch.float64) * 2 * torch.pi
+    h = torch.polar(size * (0.7 + 0.6 * torch.rand(head_dim // 2, generator=g, dtype=torch.float64)), phase)
+    d = torch.arange(length, dtype=torch.float64)
+    return (h[None, :] * torch.polar(torch.ones(length, head_dim // 2, dtype=torch.float64),
+                                     d[:, None] * theta[None, :])).real.sum(dim=-1)  # (length,)
+
+
+def _which_pair_specs(seed: int) -> list[tuple[int, float, int]]:
+    if seed == 0:
+        return [(16, 10_000.0, 2), (64, 10_000.0, 5), (32, 500_000.0, 1), (128, 10_000.0, 0)]
+    g = seeded(960 + seed)
+    specs = []
+    for _ in range(4):
+        head_dim, base = 16 * draw(g, 1, 8), float(10_000 * 50 ** draw(g, 0, 1))
+        theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
+        usable = int((2 * torch.pi / theta <= 400).sum())  # pairs whose curve fits in 1600 offsets
+        specs.append((head_dim, base, draw(g, 0, max(usable - 1, 0))))
+    return specs
+
+
+def _which_pair_cases(seed: int = 0) -> list[tuple]:
+    """(scores (T,), head_dim, base): T covers 4 wavelengths of the dominant pair (at least 32 offsets)."""
+    g = seeded(961 + seed)
+    cases = []
+    for head_dim, base, pair in _which_pair_specs(seed):
+        wavelength = 2 * torch.pi / float(_rope.rope_frequencies(head_dim, base, dtype=torch.float64)[pair])
+        length = max(32, int(4 * wavelength) + 1)
+        cases.append((_pair_scores(head_dim, base, pair, length, g), head_dim, base))
+    return cases
+
+
+def _which_pair_ref(scores: Tensor, head_dim: int, base: float) -> Tensor:
+    """The pair whose cos/sin at the offsets fits the curve best (least squares, one pair at a time)."""
+    theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
+    d = torch.arange(scores.shape[-1], dtype=torch.float64)
+    fits = []
+    for t in theta:
+        basis = torch.stack((torch.cos(d * t), torch.sin(d * t)), dim=-1)  # (T, 2)
+        coef = torch.linalg.lstsq(basis, scores.double()[:, None]).solution
+        fits.append(float((basis @ coef).norm()))
+    return torch.tensor(int(torch.tensor(fits).argmax()))
+
+
+def _pair_of(f):
+    return lambda scores, head_dim, base: f(int(_which_pair_ref(scores, head_dim, base)), head_dim, base)
+
+
+_WHICH_PAIR_MISTAKES = [
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(p + 1)),
+            "you counted the pairs from 1; the course counts them from 0 (pair 0 is the fastest, "
+            "theta_0 = 1).",
+            "i = 0 .. Dh/2 - 1, theta_i = base^(-2i/Dh).", id="rope.which_pair_one_based"),
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(2 * p)),
+            "you returned a channel index (2i, the pair's first channel), not the pair index i.",
+            "return i, the pair whose wavelength 2 pi / theta_i matches the pattern's period.",
+            id="rope.which_pair_channel_index"),
+    Mistake(_pair_of(lambda p, dh, b: torch.tensor(dh // 2 - 1 - p)),
+            "you counted the pairs from the slowest one; pair 0 is the fastest.",
+            "theta_i falls with i: pair 0 turns 1 radian per token.", id="rope.which_pair_reversed"),
+    Mistake(_pair_of(lambda p, dh, b: 2 * torch.pi / _rope.rope_frequencies(dh, b, dtype=torch.float64)[p]),
+            "you returned the wavelength (tokens per turn) of the pair, not its index.",
+            "find the wavelength, then the pair i whose 2 pi / theta_i it is.",
+            id="rope.which_pair_wavelength"),
+]
+
+register(Task(
+    id="06_which_pair",
+    kind="diagnose",
+    title="Diagnose: which pair's wavelength explains a score pattern",
+    points=2,
+    entry="which_pair",
+    forbidden=("posenc_lesson.tasks.rope_questions._which_pair_ref",
+               "posenc_lesson.tasks.rope_questions._pair_scores"),
+    cases=_which_pair_cases,
+    hidden=_which_pair_cases,
+    allowed=_ROPE_ALLOWED,
+    run=call,
+    judge=tensor_judge(_which_pair_ref, _WHICH_PAIR_MISTAKES, ("scores", "head_dim", "base"),
+                       "the pattern repeats every lambda tokens; pair i has the wavelength 2 pi / theta_i, "
+                       "theta_i = base^(-2i/Dh). Return the index i (an int)."),
+))
+
+
+# --------------------------------------------------------------------------------------
+# Concept questions (concepts.py): the answers measured here, on the library's RoPE
+# --------------------------------------------------------------------------------------
+
+def _half_pairs(dh: int = 8) -> frozenset[frozenset[int]]:
+    """The channel pairs the library's half layout turns together: where each basis vector goes."""
+    pairs = set()
+    for j in range(dh):
+        e = torch.zeros(1, dh, dtype=torch.float64)
+        e[0, j] = 1.0
+        moved = _rope.apply_rope(e, torch.tensor([1]), layout="half")[0]  # (Dh,) every pair turns at 1
+        pairs.add(frozenset(int(c) for c in moved.abs().gt(1e-12).nonzero().flatten()))
+    return frozenset(pairs)
+
+
+def _pairs(partner: Any, dh: int = 8) -> frozenset[frozenset[int]]:
+    return frozenset(frozenset((i, partner(i))) for i in range(dh) if i < partner(i))
+
+
+register(question(
+    id="06_q_half_pairs", title="Predict: which channels the half layout pairs",
+    entry="answer_06_half_pairs", forbidden=("posenc_lesson.tasks.rope_questions._half_pairs",),
+    judge=choice_judge({"a": _pairs(lambda i: i ^ 1), "b": _pairs(lambda i: (i + 4) % 8),
+                        "c": _pairs(lambda i: 7 - i), "d": "every channel with every other"}, _half_pairs, [
+        Misconception("a", "that is the interleaved layout of RoFormer and Meta's LLaMA code; rotate_half "
+                      "works on the two halves of the head.", "rotate_half([x1, x2]) = [-x2, x1], where "
+                      "x1 and x2 are the first and the second half.", id="rope.half_read_as_interleaved"),
+        Misconception("c", "you read rotate_half as a mirror of the channels; it swaps the two halves "
+                      "(with a sign) and keeps their order.", "rotate_half([x1, x2]) = [-x2, x1]: where does "
+                      "channel 0 of x1 end up?", id="rope.half_read_as_mirror"),
+        Misconception("d", "you expect RoPE to mix all channels; its matrix is block-diagonal up to a "
+                      "reordering: every channel turns together with exactly one other.",
+                      "each pair is one complex number, multiplied by e^(i m theta).",
+                      id="rope.rotation_mixes_all_channels"),
+    ], "the half layout is the one of GPT-NeoX and Hugging Face's LLaMA, with rotate_half.")))
+
+
+def _score_spread(distance: int, dh: int = 64) -> float:
+    """The spread (standard deviation) of q . R_distance k for independent q, k ~ N(0, I): the
+    square root of tr(R R^T). Its mean is tr(R E[k q^T]) = 0 at every distance."""
+    r = _rope.rope_rotation_matrix(distance, dh).double()  # (Dh, Dh)
+    return float(torch.trace(r @ r.T)) ** 0.5
+
+
+def _random_score_decay() -> str:
+    """How RoPE scores of random, independent q and k compare at distances 1 and 100."""
+    near, far = _score_spread(1), _score_spread(100)
+    if abs(near - far) < 1e-5 * near:  # the library's matrices are float32
+        return "same"
+    return "smaller spread far away" if far < near else "larger spread far away"
+
+
+register(question(
+    id="06_q_decay", title="Predict: RoPE scores of random q and k, near and far",
+    entry="answer_06_decay", forbidden=("posenc_lesson.tasks.rope_questions._random_score_decay",
+                                        "posenc_lesson.tasks.rope_questions._score_spread"),
+    judge=choice_judge({"a": "smaller on average far away", "b": "same", "c": "smaller spread far away"},
+                       _random_score_decay, [
+        Misconception("a", "you read RoFormer's long-term decay as a penalty on every score; only a "
+                      "worst-case bound decays, and for independent q and k every score averages 0.",
+                      "E[q^T R k] = tr(R E[k q^T]); what is E[k q^T] for independent, zero-mean q and k?",
+                      id="rope.decay_is_a_penalty"),
+        Misconception("c", "you expect the decaying bound to shrink the typical score; the spread of "
+                      "q^T R k is the square root of tr(R R^T), and R is a rotation at every distance.",
+                      "what is R R^T for a rotation?", id="rope.spread_decays"),
+    ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5).")))
