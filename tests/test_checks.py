@@ -178,16 +178,15 @@ MUTANTS = [
     ("07_alibi_slopes", "[0::2]", "[1::2]", "starting at the second"),
     ("07_alibi_slopes", "return torch.tensor(slopes)", "return torch.tensor(sorted(slopes, reverse=True))",
      "sorted"),
-    ("07_alibi_bias", "return -alibi_slopes", "return alibi_slopes", "sign is flipped"),
-    ("07_alibi_bias", ".abs()", "", "without the absolute value"),
-    ("07_alibi_attention", "scores + alibi_bias", "scores - alibi_bias", "wrong sign"),
-    ("07_alibi_attention", 'scores = scores.masked_fill(future, float("-inf"))', "", "no causal mask"),
-    ("07_alibi_attention", "scores = scores + alibi_bias(num_heads, seq_len)", "", "bias is missing"),
-    ("07_alibi_attention",
-     "scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, T, T)\n"
-     "    scores = scores + alibi_bias(num_heads, seq_len)  # (B, H, T, T)",
-     "scores = (q @ k.transpose(-2, -1) + alibi_bias(num_heads, seq_len)) / math.sqrt(head_dim)",
-     "before scaling"),
+    ("07_chunk_bias", "torch.arange(num_keys - num_queries, num_keys)", "torch.arange(num_queries)",
+     "as if the sequence started with them"),
+    ("07_chunk_bias", "torch.arange(num_keys - num_queries, num_keys)",
+     "torch.arange(num_keys - num_queries - 1, num_keys - 1)", "one position too early"),
+    ("07_chunk_bias", "return -alibi_slopes", "return alibi_slopes", "the sign is flipped"),
+    ("07_port_bug", 'return "scaled" if factor < 1 else "slopes"',
+     'return "slopes" if factor < 1 else "scaled"', "which way the factor goes"),
+    ("07_port_bug", 'weights.triu(1).abs().max() > 0', 'False', "you passed a broken port"),
+    ("07_port_bug", 'return "sign"', 'return "no_mask"', "only a flipped sign favours the oldest key"),
     ("08_diagnose_switch", "same(as_softmax_sees_it(bias), right)", "same(bias, alibi_bias(num_heads, t))",
      "BLOOM"),
     ("08_diagnose_switch", 'if scheme == "learned" and t > table.shape[0]:', "if False:", "must refuse"),
@@ -310,7 +309,9 @@ CHEATS = {
     "07_alibi_slopes": ("def get_slopes(num_heads):\n"
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
     "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
-    "07_alibi_bias": "def alibi_bias_matrix(num_heads, seq_len):\n    return alibi_bias(num_heads, seq_len)",
+    "07_chunk_bias": ("from posenc_lesson.tasks.alibi import _chunk_bias\n"
+                      "def chunk_bias(num_heads, num_queries, num_keys):\n"
+                      "    return _chunk_bias(num_heads, num_queries, num_keys)"),
     "01_permutation_check": ("from posenc_lesson.tasks.permutation import _equivariant\n"
                              "def first_order_leak(x, *layers):\n"
                              "    perm = torch.arange(x.shape[0]).flip(0)\n"
@@ -330,9 +331,9 @@ CHEATS = {
                          "    return {f'{s}, 1 layer': _order_sensitive(s, 1) for s in "
                          "('none', 'sinusoidal', 'learned', 'rope', 'alibi')} | "
                          "{'none, 2 layers': _order_sensitive('none', 2)}"),
-    "07_alibi_attention": ("def alibi_attention(q, k, v):\n    b = alibi_bias(q.shape[1], q.shape[2])\n"
-                           "    return posenc_lesson.scaled_dot_product_attention(q, k, v, bias=b, "
-                           "causal=True)[0]"),
+    "07_port_bug": ("from posenc_lesson.tasks.alibi import _port_truth\n"
+                    "def port_bug(weights, head_dim):\n"
+                    "    return _port_truth(weights, head_dim)"),
     "08_copy_accuracy": ("from posenc_lesson.lab.analysis import copy_accuracy_by_position as lab\n"
                          "def copy_accuracy_by_position(tokens, logits):\n"
                          "    return lab(tokens, logits)"),
@@ -429,9 +430,9 @@ def test_answer_calling_the_library_scores_zero(task_id):
 
 
 def test_allowed_library_helpers_do_not_count_as_cheating():
-    source = _reference_source("07_alibi_bias")
+    source = _reference_source("07_chunk_bias")
     assert "alibi_slopes(" in source  # the task allows the library's slopes
-    points, max_points, _ = _grade("07_alibi_bias", _entry("07_alibi_bias", source))
+    points, max_points, _ = _grade("07_chunk_bias", _entry("07_chunk_bias", source))
     assert points == max_points
 
 

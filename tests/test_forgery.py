@@ -385,19 +385,19 @@ ATTACKS = {
             def get_slopes_fixed(n):
                 return _ga._alibi.alibi_slopes(n)
             """),
-        "07_alibi_bias": _src("""
-            _bias = alibi_bias
+        "07_chunk_bias": _src("""
+            _reference = getattr(__import__("posenc_lesson.tasks.alibi", fromlist=["_"]), "_chunk_bias")
 
 
-            def alibi_bias_matrix(num_heads, seq_len):
-                return _bias(num_heads, seq_len)
+            def chunk_bias(num_heads, num_queries, num_keys):
+                return _reference(num_heads, num_queries, num_keys)
             """),
-        "07_alibi_attention": _src("""
-            def alibi_attention(q, k, v):
-                t = q.shape[2]
-                future = torch.ones(t, t, dtype=torch.bool).triu(1)
-                mask = alibi_bias(q.shape[1], t).masked_fill(future, float("-inf"))
-                return torch._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)[0]
+        "07_port_bug": _src("""
+            from posenc_lesson.tasks.alibi import _port_truth as _truth
+
+
+            def port_bug(weights, head_dim, _read=_truth):
+                return _read(weights, head_dim)
             """),
     }),
 }
@@ -437,8 +437,8 @@ OUTCOMES = {
     ("disguised_modules", "04_fix_concat"): "zero",  # apply_rope again
     ("disguised_alibi", "07_alibi_slopes"): "both",  # a private helper, alibi._power_of_2_slopes
     ("disguised_alibi", "07_fix_slopes"): "both",  # the grading module's own library handle
-    ("disguised_alibi", "07_alibi_bias"): "zero",  # alibi_bias under another name
-    ("disguised_alibi", "07_alibi_attention"): "both",  # torch's fused attention kernel
+    ("disguised_alibi", "07_chunk_bias"): "both",  # the grader's reference, fetched with __import__
+    ("disguised_alibi", "07_port_bug"): "both",  # the grader's truth in a default argument
 }
 
 
@@ -651,11 +651,11 @@ def test_the_watch_sees_threads_and_the_profiler_switched_off_through_a_partial(
 
 
 def test_allowed_helpers_stay_allowed_and_what_they_call_is_theirs():
-    """07_alibi_bias may call alibi_slopes (which calls the private _power_of_2_slopes itself)."""
+    """07_chunk_bias may call alibi_slopes (which calls the private _power_of_2_slopes itself)."""
     ns: dict = {"torch": torch, "alibi_slopes": posenc_lesson.alibi_slopes}
-    exec("def alibi_bias_matrix(h, t):\n    pos = torch.arange(t)\n"
-         "    return -alibi_slopes(h)[:, None, None] * (pos[:, None] - pos[None, :]).abs()\n", ns)
-    assert score("07_alibi_bias", outputs_of("07_alibi_bias", ns["alibi_bias_matrix"]))[0] == 2
+    exec("def chunk_bias(h, tq, tk):\n    pos = torch.arange(tk)\n"
+         "    return -alibi_slopes(h)[:, None, None] * (pos[tk - tq:, None] - pos[None, :]).abs()\n", ns)
+    assert score("07_chunk_bias", outputs_of("07_chunk_bias", ns["chunk_bias"]))[0] == 2
 
 
 # ---------------------------------------------------------------------------------------------

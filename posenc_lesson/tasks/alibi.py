@@ -1,9 +1,11 @@
-"""Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug), the bias
--m_h |i - j|, causal attention with it, and a diagnosis: which slope list a logged bias came from.
+"""Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug); derive the bias of a chunk
+of new tokens against a KV cache; diagnose a port of ALiBi attention from its weights, and which slope list
+a logged bias came from (the concept questions: alibi_questions.py).
 
-Hidden cases (``Task.hidden``, any seed but 0): head counts 1 .. 64, at least one a power of 2
-and three not; biases of 1 .. 16 heads over 1 .. 12 tokens; attention on fresh (B, H, T, Dh)
-shapes. The bias may use ``alibi_slopes`` and the attention ``alibi_bias`` (the statement says so).
+Hidden cases (``Task.hidden``, any seed but 0): head counts 1 .. 64, at least one a power of 2 and three
+not; chunks of 1 .. Tk queries against 3 .. 24 keys (one a single token, one shorter than the cache); five
+ports, each with another of the six causes; bias rows of 3 .. 48 heads. The chunk is judged by the attention
+it gives, so every bias that gives the full sequence's attention passes (BLOOM's +m_h j included).
 """
 
 from __future__ import annotations
@@ -16,17 +18,14 @@ from torch import Tensor
 
 from .. import alibi as _alibi
 from .. import attention as _attention
-from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
-    ATTENTION_FORBIDDEN,
     Mistake,
-    attention_mistakes,
+    as_float_tensor,
     call,
     draw,
     feedback,
-    randn,
+    pick,
     seeded,
-    softmax_attention,
     tensor_judge,
     type_text,
 )
@@ -143,158 +142,189 @@ def _distance(t: int) -> Tensor:
     return (pos[:, None] - pos[None, :]).double()  # (T, T): i - j
 
 
-register(Task(
-    id="07_alibi_bias",
-    kind="implement",
-    title="The ALiBi bias",
-    points=2,
-    entry="alibi_bias_matrix",
-    forbidden=("posenc_lesson.alibi_bias",),
-    cases=lambda: [(8, 5), (4, 6), (12, 3), (1, 1)],
-    run=call,
-    hidden=lambda seed: [(draw(g, 1, 16), draw(g, 1, 12)) for g in [seeded(seed)] for _ in range(4)],
-    allowed=("posenc_lesson.alibi_slopes",),
-    judge=tensor_judge(lambda h, t: _alibi.alibi_bias(h, t), [
-        Mistake(lambda h, t: -_alibi.alibi_bias(h, t),
-                "the sign is flipped: your bias rewards distant keys.",
-                "ALiBi's bias is negative, -m_h |i - j|: farther keys get less attention.",
-                id="alibi.bias_sign_flipped"),
-        Mistake(lambda h, t: -_alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
-                "your bias is -m_h (i - j) without the absolute value: right below the diagonal, "
-                "but positive above it.",
-                "this task asks for the symmetric bias -m_h |i - j| (the causal mask hides j > i).",
-                id="alibi.bias_no_abs"),
-        Mistake(lambda h, t: _alibi.alibi_slopes(h).double()[:, None, None] * _distance(t),
-                "your bias is m_h (i - j): the sign is flipped, and it is not symmetric.",
-                "ALiBi's bias is -m_h |i - j|.", id="alibi.bias_signed_distance"),
-        Mistake(lambda h, t: -_slopes_off_by_one(h).double()[:, None, None] * _distance(t).abs(),
-                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint, id=_slope_mistakes()[0].id),
-        Mistake(lambda h, t: _alibi.alibi_bias(h, t).permute(1, 2, 0),
-                "your heads are on the last axis: shape (T, T, H).",
-                "return (num_heads, seq_len, seq_len), heads first, so it broadcasts against "
-                "(B, H, T, T) scores.", id="alibi.bias_heads_last"),
-    ], ("num_heads", "seq_len"), "bias[h, i, j] = -m_h * |i - j|, shape (num_heads, seq_len, seq_len)."),
-))
+def _label_judge(labels: tuple[str, ...], truth: Any, said: Any, hint: str, ids: tuple[str, ...]) -> Any:
+    """A judge for answers naming one of ``labels`` per case: ``truth(*case)`` is the right one,
+    ``said(right, answer, case)`` the (id, diagnosis, hint) of a wrong one; partial credit per case."""
+    @diagnoses(*ids)
+    def judge(outputs: list, cases: list) -> Judged:
+        per_case: list[str | None] = []
+        first: tuple[str, str, str] | None = None
+        for out, case in zip(outputs, cases, strict=True):
+            told: tuple[str, str, str] | None = None
+            if is_marker(out, "error"):
+                told = ("generic.error", f"your code raised {out['error']}.", hint)
+            elif not isinstance(out, str) or out not in labels:
+                told = ("generic.wrong_type", f"expected one of {labels} as a string; got {type_text(out)}.",
+                        "return one of " + ", ".join(f'"{label}"' for label in labels) + ".")
+            elif out != (right := truth(*case)):
+                told = said(right, out, case)
+            per_case.append(told[0] if told else None)
+            first = first or told
+        if first is None:
+            return Judged(1.0, f"passed: all {len(cases)} cases diagnosed right.", None, per_case)
+        return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+    return judge
 
 
-def _alibi_attention_cases(seed: int = 0) -> list[tuple]:
-    """(q, k (B, H, T, Dh), v (B, H, T, Dv))."""
+# --------------------------------------------------------------------------------------
+# 07_chunk_bias: derive the bias of a chunk of new tokens' queries against a KV cache
+# --------------------------------------------------------------------------------------
+
+def _chunk_cases(seed: int = 0) -> list[tuple]:
+    """(num_heads, num_queries, num_keys): the newest Tq tokens' queries against the newest Tk keys."""
     if seed == 0:
-        g = seeded(110)
-        return [(randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8), randn(g, 1, 4, 5, 8)),
-                (randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 4), randn(g, 2, 8, 6, 3)),
-                (randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8), randn(g, 1, 6, 4, 8))]
-    g = seeded(seed)
-    cases = []
-    for _ in range(3):
-        b, h, t, dh, dv = draw(g, 1, 2), draw(g, 1, 8), draw(g, 2, 9), draw(g, 2, 8), draw(g, 1, 8)
-        cases.append((randn(g, b, h, t, dh), randn(g, b, h, t, dh), randn(g, b, h, t, dv)))
+        return [(8, 1, 6), (4, 3, 7), (12, 5, 5), (6, 2, 9)]
+    g, cases = seeded(seed), []
+    for n in range(4):  # one new token; a chunk shorter than the cache; two any
+        keys = draw(g, 3, 24)
+        cases.append((draw(g, 1, 16), (1, draw(g, 2, keys - 1), draw(g, 1, keys), draw(g, 1, keys))[n], keys))
     return cases
 
 
-def _alibi_attention(q: Tensor, k: Tensor, v: Tensor, **kw: Any) -> Tensor:
-    bias = _alibi.alibi_bias(q.shape[1], q.shape[2]).double()
-    options = {"scale": math.sqrt(q.shape[-1]), "dim": -1, "bias": bias, "causal": True} | kw
-    return softmax_attention(q, k, v, **options)
+def _chunk_bias(num_heads: int, num_queries: int, num_keys: int, start: int | None = None) -> Tensor:
+    """-m_h |p_a - j| for queries at p_a = start + a (the newest tokens: start = Tk - Tq), keys at
+    0 .. Tk - 1. (H, Tq, Tk)"""
+    start = num_keys - num_queries if start is None else start
+    distance = (torch.arange(start, start + num_queries)[:, None] - torch.arange(num_keys)[None, :]).abs()
+    return -_alibi.alibi_slopes(num_heads).double()[:, None, None] * distance.double()  # (H, Tq, Tk)
 
+
+def _chunk_weights(bias: Any, num_heads: int, num_queries: int, num_keys: int) -> Any:
+    """What a bias does: bias-only causal attention, query a seeing keys j <= Tk - Tq + a (H, Tq, Tk); an
+    output that is not a tensor broadcasting to (H, Tq, Tk) is handed on as it is."""
+    got = as_float_tensor(bias)
+    try:
+        got = got.expand(num_heads, num_queries, num_keys)  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):
+        return bias if got is None else got
+    future = torch.ones(num_queries, num_keys, dtype=torch.bool).triu(num_keys - num_queries + 1)
+    return torch.softmax(got.masked_fill(future, float("-inf")), dim=-1)  # (H, Tq, Tk)
+
+
+_CHUNK_MISTAKES = [
+    Mistake(lambda h, tq, tk: _chunk_bias(h, tq, tk, start=0),
+            "your chunk's queries sit at positions 0 .. Tq-1, as if the sequence started with them; they "
+            "are its newest tokens, after the cached ones.",
+            "where in the sequence is the chunk's first query? Its distance to key j decides the bias.",
+            id="alibi.chunk_offset_forgotten"),
+    Mistake(lambda h, tq, tk: _chunk_bias(h, tq, tk, start=tk - tq - 1),
+            "your queries sit one position too early: each query's own key (distance 0) is penalised as if "
+            "it were one token away.", "the chunk's last query is the sequence's last token.",
+            id="alibi.chunk_offset_off_by_one"),
+    Mistake(lambda h, tq, tk: -_chunk_bias(h, tq, tk),
+            "your bias rewards distance: the sign is flipped, and each query favours the oldest key it sees.",
+            "ALiBi penalises distance: the bias must fall as a key gets older.",
+            id="alibi.chunk_sign_flipped"),
+]
+_CHUNK_INNER = tensor_judge(lambda *c: _chunk_weights(_chunk_bias(*c), *c),
+                            [Mistake(lambda *c, f=m.compute: _chunk_weights(f(*c), *c), m.diagnosis, m.hint,
+                                     id=m.id) for m in _CHUNK_MISTAKES],
+                            ("num_heads", "num_queries", "num_keys"),
+                            "the grader adds your bias to the chunk's scores against every cached key, masks "
+                            "the keys after each query, and compares the attention with the full sequence's.")
+
+
+@diagnoses(*_CHUNK_INNER.mistakes)  # type: ignore[attr-defined]
+def _chunk_judge(outputs: list, cases: list) -> Judged:
+    """Judged by what the bias does: every bias giving the full sequence's attention passes (a constant
+    per row, BLOOM's +m_h j, a (H, 1, Tk) row); a wrong one is named by the attention it gives."""
+    return _CHUNK_INNER([_chunk_weights(out, *case) for out, case in zip(outputs, cases, strict=True)], cases)
+
+
+_chunk_judge.known, _chunk_judge.reference = tuple(_CHUNK_MISTAKES), _chunk_bias  # type: ignore[attr-defined]
 
 register(Task(
-    id="07_alibi_attention",
-    kind="implement",
-    title="Causal attention with ALiBi",
-    points=3,
-    entry="alibi_attention",
-    forbidden=ATTENTION_FORBIDDEN,
-    cases=_alibi_attention_cases,
+    id="07_chunk_bias",
+    kind="derive",
+    title="Derive: the ALiBi bias of a chunk of new tokens against a KV cache",
+    points=2,
+    entry="chunk_bias",
+    forbidden=("posenc_lesson.tasks.alibi._chunk_bias",),
+    cases=_chunk_cases,
     run=call,
-    hidden=_alibi_attention_cases,
-    allowed=("posenc_lesson.alibi_bias", "posenc_lesson.alibi_slopes", "posenc_lesson.causal_mask"),
-    judge=tensor_judge(_alibi_attention, [
-        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=-_alibi.alibi_bias(q.shape[1], q.shape[2])),
-                "the bias has the wrong sign: distant keys get *more* attention.",
-                "add -m_h |i - j| to the scores, a penalty.", id="alibi.bias_sign_flipped"),
-        Mistake(lambda q, k, v: _alibi_attention(q, k, v, causal=False),
-                "there is no causal mask: query i also sees keys j > i.",
-                "mask the scores above the diagonal with -inf before the softmax.",
-                id="alibi.no_causal_mask"),
-        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias=None),
-                "the ALiBi bias is missing: this is plain causal attention.",
-                "add the (H, T, T) bias to the scaled scores; it broadcasts over the batch.",
-                id="alibi.bias_missing"),
-        Mistake(lambda q, k, v: _alibi_attention(q, k, v, bias_before_scale=True),
-                "the bias is divided by sqrt(Dh) too: you added it before scaling.",
-                "scores = q k^T / sqrt(Dh) + bias: scale first, then add the bias.", id="alibi.bias_scaled"),
-        Mistake(lambda q, k, v: _alibi_attention(q, k, v, dim=-2),
-                attention_mistakes(True)[0].diagnosis, attention_mistakes(True)[0].hint,
-                id=attention_mistakes(True)[0].id),
-        Mistake(lambda q, k, v: _alibi_attention(
-                     q, k, v, bias=-_slopes_off_by_one(q.shape[1]).double()[:, None, None]
-                     * _distance(q.shape[2]).abs()),
-                _slope_mistakes()[0].diagnosis, _slope_mistakes()[0].hint, id=_slope_mistakes()[0].id),
-    ], ("q", "k", "v"), "scores = q k^T / sqrt(Dh) - m_h |i - j|, causal mask, softmax over keys, "
-                       "times v; q, k, v have shape (B, H, T, Dh)."),
+    hidden=_chunk_cases,
+    allowed=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
+    judge=_chunk_judge,
 ))
 
 
 # --------------------------------------------------------------------------------------
-# Concept questions (concepts.py): the answers from the library's slopes, bias and attention
+# 07_port_bug: a port of ALiBi attention probed with q = k = 0: which bug do its weights show
 # --------------------------------------------------------------------------------------
 
-def _slope_12() -> float:
-    """The slope of head 8 (0-based) of 12, the first head past the power of 2 below 12."""
-    return float(_alibi.alibi_slopes(12)[8])
+PORT_BUGS = ("none", "sign", "scaled", "no_mask", "missing", "slopes")
 
 
-register(question(
-    id="07_q_slope_12", title="Predict: the slope of head 8 in a 12-head model",
-    entry="answer_07_slope_12", forbidden=("posenc_lesson.tasks.alibi._slope_12",),
-    judge=number_judge(_slope_12, [
-        Misconception(lambda: float(_slopes_naive(12)[8]), "you used 2^(-8(h+1)/n) with n = 12; that formula "
-                      "is for a power of 2 only.", "12 is not a power of 2: start from the 8 slopes of "
-                      "8 heads; where do heads 8 .. 11 come from?", id="alibi.power_formula_for_twelve"),
-        Misconception(lambda: float(_sorted_slopes(12)[8]), "you sorted the 12 slopes; the paper appends "
-                      "the extra heads after the first 8, unsorted.",
-                      "heads 0 .. 7 are the slopes of 8 heads; head 8 is the first appended one.",
-                      id="alibi.twelve_slopes_sorted"),
-        Misconception(lambda: float(_slopes_round_up(12)[8]), "you took the slopes of 16 heads; the paper "
-                      "starts from the power of 2 *below* 12.", "8 heads first, then every other slope of "
-                      "16 heads.", id="alibi.twelve_from_sixteen"),
-        Misconception(lambda: float(_slopes_odd_half(12)[8]), "you took the extra heads from every other "
-                      "slope of 16 heads starting at the second; the paper starts at the first.",
-                      "slopes(16)[0::2], not [1::2].", id="alibi.twelve_odd_extra"),
-        Misconception(lambda: float(_slopes_off_by_one(12)[8]), "your slopes start at 2^0 = 1: off by one "
-                      "in the exponent.", "head h of n heads (n a power of 2) has 2^(-8(h+1)/n).",
-                      id="alibi.twelve_off_by_one"),
-    ], "alibi_slopes(12) = the slopes of 8 heads, then the first 4 of slopes(16)[0::2].", rtol=1e-3)))
+def _port_weights(bug: str, heads: int, length: int, head_dim: int) -> Tensor:
+    """A port's weights on the probe q = k = 0 (the scores are the bias alone). none: right; sign:
+    +m_h |i - j|; scaled: the bias added before the division by sqrt(Dh); no_mask: no causal mask;
+    missing: no bias; slopes: 2^(-8h/H), off by one. (H, T, T)"""
+    slopes = (_slopes_off_by_one(heads) if bug == "slopes" else _alibi.alibi_slopes(heads)).double()
+    bias = -slopes[:, None, None] * _distance(length).abs()  # (H, T, T)
+    bias = {"sign": -bias, "scaled": bias / math.sqrt(head_dim), "missing": 0 * bias}.get(bug, bias)
+    if bug != "no_mask":
+        bias = bias.masked_fill(_attention.causal_mask(length, length), float("-inf"))
+    return torch.softmax(bias, dim=-1)  # (H, T, T)
 
 
-def _bloom_same() -> tuple[bool, bool]:
-    """(same attention as ALiBi with a causal mask, same without one) for BLOOM's bias +m j."""
-    g = seeded(1_007)
-    h, t = 8, 10
-    q, k, v = randn(g, 1, h, t, 16), randn(g, 1, h, t, 16), randn(g, 1, h, t, 16)
-    bloom = _alibi.alibi_slopes(h)[:, None, None] * torch.arange(t)[None, None, :]  # (H, 1, T): + m j
-    same = []
-    for causal in (True, False):
-        ours = _attention.scaled_dot_product_attention(q, k, v, bias=_alibi.alibi_bias(h, t),
-                                                       causal=causal)[1]  # (1, H, T, T) weights
-        theirs = _attention.scaled_dot_product_attention(q, k, v, bias=bloom, causal=causal)[1]
-        same.append(bool(torch.allclose(ours, theirs, atol=1e-6)))
-    return same[0], same[1]
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(weights (H, T, T), head_dim): five ports, five different bugs drawn per seed; H 2 .. 16, T 4 .. 16."""
+    specs = [("scaled", 8, 6, 64), ("none", 12, 7, 32), ("sign", 4, 5, 16), ("slopes", 6, 8, 64),
+             ("no_mask", 3, 4, 128)]
+    if seed:
+        g = seeded(7_000 + seed)
+        specs = [(PORT_BUGS[int(i)], draw(g, 2, 16), draw(g, 4, 16), pick(g, (16, 32, 64, 128)))
+                 for i in torch.randperm(len(PORT_BUGS), generator=g)[:5]]
+    return [(_port_weights(*spec), spec[3]) for spec in specs]
 
 
-register(question(
-    id="07_q_bloom", title="Predict: BLOOM's bias +m j against ALiBi's",
-    entry="answer_07_bloom", forbidden=("posenc_lesson.tasks.alibi._bloom_same",),
-    judge=choice_judge({"a": (True, False), "b": (False, False), "c": (True, True)}, _bloom_same, [
-        Misconception("b", "you compare the biases entry by entry; the softmax sees each row only up to a "
-                      "constant, and +m j differs from -m (i - j) by m i, the same for every key of row i.",
-                      "softmax(s + c) = softmax(s) for a constant c added to a whole row.",
-                      id="alibi.bloom_bias_differs"),
-        Misconception("c", "you forgot the keys after the query: without a mask, +m j rewards them while "
-                      "-m |i - j| penalises them, and that is no per-row constant.",
-                      "compare the two biases on a key j > i.", id="alibi.bloom_same_without_mask"),
-    ], "BLOOM adds m j to the score of key j, in every row.")))
+def _port_truth(weights: Tensor, head_dim: int) -> str:
+    heads, length = weights.shape[0], weights.shape[-1]
+    found = [bug for bug in PORT_BUGS if torch.allclose(weights, _port_weights(bug, heads, length, head_dim),
+                                                        rtol=1e-9, atol=1e-12)]
+    if len(found) != 1:
+        raise ValueError("not a case of this task")
+    return found[0]
+
+
+_PORT_HINT = ("read each head's slope from the weights, log(w[h, i, j + 1] / w[h, i, j]) on the keys a query "
+              "sees; compare it with alibi_slopes(H), and look at the keys j > i.")
+_PORT_PAIRS = {frozenset(pair): (id_, text) for pair, id_, text in (
+    (("scaled", "slopes"), "alibi.port_factor_direction", "the slopes these weights show are the paper's "
+     "times one factor, the same for every head; which way the factor goes tells the two bugs apart."),
+    (("sign", "no_mask"), "alibi.port_far_or_future", "both bugs move weight away from the newest keys; only "
+     "a missing mask gives weight to keys j > i, only a flipped sign favours the oldest key a query sees."),
+    (("scaled", "missing"), "alibi.port_weak_or_missing", "a bias divided by sqrt(Dh) still decays with "
+     "distance, only more slowly; a missing bias gives every key a query sees the same weight."))}
+
+
+def _port_said(right: str, out: str, case: tuple) -> tuple[str, str, str]:
+    if out == "none":
+        return ("alibi.port_bug_missed", "these weights are not the paper's ALiBi: you passed a broken port.",
+                _PORT_HINT)
+    if right == "none":
+        return ("alibi.port_false_alarm", "these weights are the paper's causal ALiBi: you named a bug that "
+                "is not there.", _PORT_HINT)
+    id_, text = _PORT_PAIRS.get(frozenset((right, out)), ("generic.wrong_unknown", "that is not the bug "
+                                                          "these weights show."))
+    return id_, text, _PORT_HINT
+
+
+register(Task(
+    id="07_port_bug",
+    kind="diagnose",
+    title="Diagnose: which bug a port of ALiBi attention has, from its weights",
+    points=3,
+    entry="port_bug",
+    forbidden=("posenc_lesson.tasks.alibi._port_truth", "posenc_lesson.tasks.alibi._port_weights"),
+    cases=_port_cases,
+    hidden=_port_cases,
+    allowed=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias", "posenc_lesson.causal_mask",
+             "posenc_lesson.scaled_dot_product_attention"),
+    run=call,
+    judge=_label_judge(PORT_BUGS, _port_truth, _port_said, _PORT_HINT, ("alibi.port_bug_missed",
+                       "alibi.port_false_alarm", *(v[0] for v in _PORT_PAIRS.values()))),
+))
 
 
 # --------------------------------------------------------------------------------------
@@ -356,33 +386,13 @@ _RECIPE_HINT = ("a bias row's slope is the difference between neighbouring keys,
                 "bias[h, j], in the paper's form and in BLOOM's alike; compare with each list, head by head.")
 
 
-@diagnoses("alibi.recipe_order_ignored", "alibi.recipe_geometric_confused", "alibi.recipe_bloom_form")
-def _recipe_judge(outputs: list, cases: list) -> Judged:
-    per_case: list[str | None] = []
-    first: tuple[str, str, str] | None = None
-    for out, (bias,) in zip(outputs, cases, strict=True):
-        truth = _recipe_truth(bias)
-        bloom = bool((bias[:, 0] == 0).all())
-        if is_marker(out, "error"):
-            said = ("generic.error", f"your code raised {out['error']}.", _RECIPE_HINT)
-        elif out not in RECIPES:
-            said = ("generic.wrong_type", f"expected one of {RECIPES} as a string; got {type_text(out)}.",
-                    "return \"paper\", \"sorted\" or \"geometric\".")
-        elif out == truth:
-            said = None
-        elif bloom:
-            said = ("alibi.recipe_bloom_form", "on a bias written BLOOM's way, +m_h j, you read the slopes "
-                    "wrong: that row differs from the paper's -m_h (i - j) by the constant m_h i, which "
-                    "softmax ignores.", _RECIPE_HINT)
-        else:
-            said = _RECIPE_SAID.get(frozenset((truth, out)), ("generic.wrong_unknown", "that is not the "
-                                    "recipe these slopes come from.", _RECIPE_HINT))
-        per_case.append(said[0] if said else None)
-        if said and first is None:
-            first = said
-    if first is None:
-        return Judged(1.0, f"passed: all {len(cases)} cases diagnosed right.", None, per_case)
-    return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+def _recipe_said(right: str, out: str, case: tuple) -> tuple[str, str, str]:
+    if bool((case[0][:, 0] == 0).all()):  # BLOOM's form
+        return ("alibi.recipe_bloom_form", "on a bias written BLOOM's way, +m_h j, you read the slopes "
+                "wrong: that row differs from the paper's -m_h (i - j) by the constant m_h i, which softmax "
+                "ignores.", _RECIPE_HINT)
+    return _RECIPE_SAID.get(frozenset((right, out)), ("generic.wrong_unknown", "that is not the recipe these "
+                            "slopes come from.", _RECIPE_HINT))
 
 
 register(Task(
@@ -396,5 +406,6 @@ register(Task(
     hidden=_recipe_cases,
     allowed=("posenc_lesson.alibi_slopes",),
     run=call,
-    judge=_recipe_judge,
+    judge=_label_judge(RECIPES, _recipe_truth, _recipe_said, _RECIPE_HINT, (
+        "alibi.recipe_order_ignored", "alibi.recipe_geometric_confused", "alibi.recipe_bloom_form")),
 ))
