@@ -92,6 +92,7 @@ class PositionSpec:
             raise ValueError(
                 f"layer {layer} of this {self.model_type} has no RoPE (scheme "
                 f"{self.schemes[layer]!r}); layers with RoPE: {rope_layers[:12]}"
+                + (f" ... ({len(rope_layers)} in all)" if len(rope_layers) > 12 else "")
             )
         return self.rope[layer]
 
