@@ -1,7 +1,8 @@
 """Lesson 08's measurement tasks (exercises/08_length_extrapolation.ipynb): the lab's own
 measurement, token accuracy at each copied position k = 1 .. n of a copy-task batch; reading an
-ablation, which RoPE pair makes the dip (the lab's three seeds, and synthetic curves per hidden seed);
-and the lesson's three concept questions (what is new to a model past its training length).
+ablation, which RoPE pair makes the dip (the lab's seeds 0 and 1, and synthetic curves per hidden seed);
+and concept question 1 (where a longer-trained T5 model meets an untrained bucket; questions 2 and 3 are in
+extrapolation_questions.py).
 
 Cases come from ``_accuracy_cases(seed)``: seed 0 the visible batches, any other seed fresh
 hidden ones within the statement. The answer may use the library, but not the lab's own
@@ -17,12 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..lab.analysis import range_excess
 from ..lab.copy_task import copy_batch
 from ..relative import t5_relative_position_bucket
-from ..rope import apply_rope
-from .concepts import Misconception, choice_judge, number_judge, question
-from .judges import Mistake, call, draw, pe_table, pick, seeded, tensor_judge
+from .concepts import Misconception, number_judge, question
+from .judges import Mistake, call, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 # --------------------------------------------------------------------------------------
@@ -332,62 +331,3 @@ register(question(
                       "which buckets do the distances 0 .. 2L + 1 reach for L = 24?",
                       id="extrapolation.new_bucket_fixed_distance"),
     ], "one-way buckets: exact up to 15, then log-spaced up to 128; training had distances 0 .. 2L + 1.")))
-
-
-# 08_q_defined_everywhere ("defined everywhere, so it extrapolates"): where does the lab's sinusoidal model
-# fail at n = 17 .. 31? Its rows up to 2L lie in the range training saw (computed); the accuracy there and
-# beyond is the lab's (notebooks/08_why.csv, full lab; a test ties both numbers to the CSV).
-_WHY_SINUSOIDAL = {"new offset, trained positions": 0.2600, "new offset, new positions": 0.1876}
-
-
-def _sinusoidal_fails_where() -> tuple[bool, bool]:
-    """(fails at positions <= 2L, fails past 2L), where every row up to 2L was in training."""
-    if not torch.all(range_excess(pe_table(2 * _L + 2, 64), 2 * _L + 2) == 0):
-        raise AssertionError("the rows up to 2L + 1 must lie inside their own range")
-    return tuple(_WHY_SINUSOIDAL[c] < 0.5 for c in _WHY_SINUSOIDAL)  # (trained positions, new positions)
-
-
-register(question(
-    id="08_q_defined_everywhere", title="Predict: where a table defined everywhere fails",
-    entry="answer_08_defined_everywhere",
-    forbidden=("posenc_lesson.tasks.copy_accuracy._sinusoidal_fails_where",),
-    judge=choice_judge({"a": (False, False), "b": (False, True), "c": (True, True)},
-                       _sinusoidal_fails_where, [
-        Misconception("a", "you reason that a table defined at every position lets the model extrapolate; "
-                      "but the network learned from what it saw, not from the formula.",
-                      "lesson 08, section 5: test 1 looks at positions where every row was trained.",
-                      id="extrapolation.defined_means_extrapolates"),
-        Misconception("b", "you expect failure only where the rows are new; but the copy offset and SEP's "
-                      "place are new as soon as n > L, at positions training used.",
-                      "which two things grow with n, and which is new at positions <= 2L?",
-                      id="extrapolation.fails_only_at_new_positions"),
-    ], "the model was trained on n <= L: what is new for n = L + 1 .. 2L - 1 at positions <= 2L?")))
-
-
-def _relative_meets() -> tuple[bool, bool]:
-    """08_q_relative_immune ("relative, so immune to length"): (new positions matter, a longer copy offset
-    meets something training did not give it) for the offset-only schemes. Computed: shifting every position
-    leaves RoPE's scores as they were; the bucket of copy offset 3L is none of those of the offsets
-    0 .. 2L + 1 in training."""
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(1, 6, 16, generator=g), torch.randn(1, 6, 16, generator=g)  # (B, T, Dh)
-    scores = [apply_rope(q, torch.arange(6) + s) @ apply_rope(k, torch.arange(6) + s).transpose(-1, -2)
-              for s in (0, 40)]  # (B, T, T) each
-    trained = set(t5_relative_position_bucket(-torch.arange(2 * _L + 2), bidirectional=False).tolist())
-    far = t5_relative_position_bucket(-torch.tensor([3 * _L]), bidirectional=False).item()
-    return not torch.allclose(*scores, atol=1e-4), far not in trained
-
-
-register(question(
-    id="08_q_relative_immune", title="Predict: what a relative scheme meets past its training length",
-    entry="answer_08_relative_immune", forbidden=("posenc_lesson.tasks.copy_accuracy._relative_meets",),
-    judge=choice_judge({"a": (False, False), "b": (True, False), "c": (False, True)}, _relative_meets, [
-        Misconception("a", "you reason that a scheme which sees only offsets is immune to length; but a "
-                      "longer copy needs offsets no training sequence used for it.",
-                      "RoPE, T5 and Shaw all lose accuracy past L in lesson 08: what changed for them?",
-                      id="extrapolation.relative_immune_to_length"),
-        Misconception("b", "you expect new absolute positions to matter; but these schemes see only i - j: "
-                      "moving every position changes none of their logits.",
-                      "lesson 08, section 5, checks that start= leaves their logits as they were.",
-                      id="extrapolation.relative_new_positions"),
-    ], "what does a copy of n > L symbols ask of the query-key offsets?")))
