@@ -1,9 +1,11 @@
 """Lesson 04's tasks (exercises/04_learned_vs_sinusoidal.ipynb): a learned position table as
-an nn.Module, a sinusoidal table ported from tensor2tensor's concatenated layout, and a diagnosis:
-which rows of a learned table never train (the grader measures them with the lab's model).
+an nn.Module, a diagnosis (which slip a colleague's port of the sinusoidal encoder has, the slip
+drawn per case) and a derivation: which rows of a learned table never train (the grader measures
+them with the lab's model).
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh sizes and values; the learned table gets
-three sequences that fit and one longer than max_len (which must raise a ValueError).
+three sequences that fit and one longer than max_len (which must raise a ValueError); the port
+four ports, four of the five labels drawn.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from .concepts import Misconception, number_judge, question
 from .judges import (
     MODULE_TABLE,
     SINUSOIDAL_FORBIDDEN,
-    TABLE_MISTAKES,
     Judged,
     Mistake,
     as_float_tensor,
@@ -35,6 +36,7 @@ from .judges import (
     tensor_judge,
 )
 from .registry import NOT_IMPLEMENTED, Task, is_marker, not_implemented, register
+from .sinusoidal import label_judge, unique_label
 
 
 def _learned_cases(seed: int = 0) -> list[tuple]:
@@ -135,40 +137,79 @@ register(Task(
 ))
 
 
-def _concat_cases(seed: int = 0) -> list[tuple]:
-    """(x (B, T, D),) with D even."""
+# --------------------------------------------------------------------------------------
+# 04_port_bug: which slip a colleague's port of the sinusoidal encoder has (drawn per case)
+# --------------------------------------------------------------------------------------
+
+def _paper(x: Tensor) -> Tensor:
+    return pe_table(x.shape[1], x.shape[2])  # (T, D)
+
+
+# label -> (what the port returns for x (B, T, D), what it shows, the id of naming it wrongly)
+_PORT_BUGS = {
+    "none": (lambda x: x.double() + _paper(x).double(), "a right port adds the paper's interleaved "
+             "table: out - x is [0, 1, 0, 1, ...] at position 0", "learned.port_bug_missed"),
+    "concatenated": (lambda x: x.double() + interleaved_to_concat(_paper(x)).double(), "tensor2tensor's "
+                     "layout puts every sine first: out - x would read [0, ..., 0, 1, ..., 1] at position 0",
+                     "learned.port_misread_concatenated"),
+    "exponent_i_over_d": (lambda x: x.double() + pe_table(x.shape[1], x.shape[2], base=100.0).double(),
+                          "with the exponent i/d_model pair 0 would be right and the slow pairs would turn "
+                          "too fast: the last one about 10000^(-1/2) radians per position",
+                          "learned.port_misread_i_over_d"),
+    "sin_cos_swapped": (lambda x: x.double() + swap_pairs(_paper(x)).double(), "a cosine first in every pair "
+                        "would read [1, 0, 1, 0, ...] at position 0", "learned.port_misread_swapped"),
+    "table_only": (lambda x: _paper(x).double().expand_as(x), "a port that returns the table alone would "
+                   "give every sequence of the batch the same output, whatever x is",
+                   "learned.port_misread_table_only"),
+}
+
+
+def _port_out(label: str, x: Tensor) -> Tensor:
+    return _PORT_BUGS[label][0](x).float()  # (B, T, D), float32 as the port's
+
+
+def _port_bug_ref(x: Tensor, out: Tensor) -> str:
+    return unique_label([label for label in _PORT_BUGS
+                         if close(out.double(), _port_out(label, x).double())])
+
+
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(x (B, T, D), out (B, T, D) float32): seed 0 each label once in a fixed order, another seed four
+    of the five drawn; B 1 .. 3, T 2 .. 24, D even 4 .. 32; only the drawn label matches."""
+    labels = list(_PORT_BUGS)
     if seed == 0:
-        return [(randn(seeded(105), 2, 5, 8),), (randn(seeded(106), 1, 12, 16),),
-                (randn(seeded(107), 3, 4, 6),)]
-    g = seeded(seed)
-    return [(randn(g, draw(g, 1, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)),) for _ in range(3)]
-
-
-def _add_table(x: Tensor) -> Tensor:
-    return x.double() + pe_table(x.shape[1], x.shape[2]).double()
+        specs = [("concatenated", randn(seeded(105), 2, 5, 8)), ("none", randn(seeded(106), 1, 12, 16)),
+                 ("sin_cos_swapped", randn(seeded(107), 3, 4, 6)),
+                 ("table_only", randn(seeded(108), 2, 3, 4)),
+                 ("exponent_i_over_d", randn(seeded(109), 1, 9, 12))]
+    else:
+        g = seeded(4_000 + seed)
+        specs = [(labels[int(i)], randn(g, draw(g, 1, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)))
+                 for i in torch.randperm(len(labels), generator=g)[:4]]
+    cases = []
+    for label, x in specs:
+        out = _port_out(label, x)
+        if _port_bug_ref(x, out) != label:
+            raise ValueError(f"a broken case: {label}")
+        cases.append((x, out))
+    return cases
 
 
 register(Task(
-    id="04_fix_concat",
+    id="04_port_bug",
     kind="diagnose",
-    title="Adding the sinusoidal table (find the bug)",
+    title="Diagnose: which slip a port of the sinusoidal encoder has",
     points=2,
-    entry="add_sinusoidal",
-    forbidden=SINUSOIDAL_FORBIDDEN,
-    cases=_concat_cases,
+    entry="port_bug",
+    forbidden=(*SINUSOIDAL_FORBIDDEN, "posenc_lesson.tasks.learned._port_bug_ref",
+               "posenc_lesson.tasks.learned._port_out"),
+    cases=_port_cases,
+    hidden=_port_cases,
     run=call,
-    judge=tensor_judge(_add_table, [
-        Mistake(lambda x: x + interleaved_to_concat(pe_table(x.shape[1], x.shape[2])),
-                TABLE_MISTAKES[2].diagnosis, TABLE_MISTAKES[2].hint, id=TABLE_MISTAKES[2].id),
-        Mistake(lambda x: x + pe_table(x.shape[1], x.shape[2], base=100.0),
-                TABLE_MISTAKES[0].diagnosis, TABLE_MISTAKES[0].hint, id=TABLE_MISTAKES[0].id),
-        Mistake(lambda x: x + swap_pairs(pe_table(x.shape[1], x.shape[2])),
-                TABLE_MISTAKES[3].diagnosis, TABLE_MISTAKES[3].hint, id=TABLE_MISTAKES[3].id),
-        Mistake(lambda x: pe_table(x.shape[1], x.shape[2]).expand_as(x),
-                "you returned the table alone; add it to x.", "return x + pe, pe of shape (T, D).",
-                id="learned.returned_table_only"),
-    ], ("x",), "return x + PE[:T] with the interleaved table of the paper.", partial=False),
-    hidden=_concat_cases,
+    judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _PORT_BUGS.items()}, _port_bug_ref,
+                      "look at out - x: is it the same for every sequence of the batch, and what does it "
+                      "read at position 0 (which channels hold a sine) and at position 1 (each pair's "
+                      "angle)?"),
 ))
 
 
@@ -252,7 +293,7 @@ _UNTRAINED_MISTAKES = [
 register(Task(
     id="04_untrained_rows",
     kind="derive",
-    title="Diagnose: the rows a learned table never trains",
+    title="Derive: the rows a learned table never trains",
     points=2,
     entry="untrained_rows",
     forbidden=("posenc_lesson.tasks.learned._measured_untrained", "posenc_lesson.tasks.learned._rows_from"),
@@ -275,41 +316,51 @@ _L_MAX, _COPIES, _VOCAB = 40, (3, 5, 11), 18  # a 40-row table; copies of n = 3,
 
 
 @functools.cache  # one forward and backward pass per n, the same every time
-def _rows_with_gradient() -> tuple[int, int, int, int]:
+def _rows_with_gradient(causal: bool = False) -> tuple[int, int, int, int]:
     """(rows of a learned table that get a gradient from copies of n = 3, 5 and 11 symbols, the
     longest T, positions that carry a loss term, the rows that the shortest copy alone trains),
-    with the lab's TinyDecoder, copy task and loss."""
+    with the lab's TinyDecoder, copy task and loss; its attention without the causal mask (a
+    bidirectional model, every query sees every key) unless ``causal``."""
+    from unittest import mock
+
+    from ..attention import scaled_dot_product_attention
+    from ..lab import model as _model
     from ..lab.copy_task import IGNORE, copy_batch
-    from ..lab.model import TinyDecoder
     from ..lab.train import masked_loss
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, **_: Any) -> Any:
+        return scaled_dot_product_attention(q, k, v, bias=bias, causal=causal)  # the model asks: causal
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = TinyDecoder(_VOCAB, d_model=16, num_heads=2, num_layers=2, pos="learned", max_len=_L_MAX)
+        model = _model.TinyDecoder(_VOCAB, d_model=16, num_heads=2, num_layers=2, pos="learned",
+                                   max_len=_L_MAX)
     g = torch.Generator().manual_seed(0)
     longest, with_loss, shortest = 0, set(), 0
-    for n in _COPIES:
-        tokens, targets = copy_batch(2, n, _VOCAB, generator=g)  # (2, 2n + 2)
-        masked_loss(model(tokens), targets).backward()
-        longest = max(longest, tokens.shape[1])
-        with_loss |= set((targets[0] != IGNORE).nonzero().flatten().tolist())
-        if n == min(_COPIES):
-            shortest = int((model.pos_embed.table.grad.abs().sum(-1) > 0).sum())
+    with mock.patch.object(_model, "scaled_dot_product_attention", attend):
+        for n in _COPIES:
+            tokens, targets = copy_batch(2, n, _VOCAB, generator=g)  # (2, 2n + 2)
+            masked_loss(model(tokens), targets).backward()
+            longest = max(longest, tokens.shape[1])
+            with_loss |= set((targets[0] != IGNORE).nonzero().flatten().tolist())
+            if n == min(_COPIES):
+                shortest = int((model.pos_embed.table.grad.abs().sum(-1) > 0).sum())
     table = model.pos_embed.table  # (L_max, D)
     return int((table.grad.abs().sum(-1) > 0).sum()), longest, len(with_loss), shortest
 
 
 register(question(
-    id="04_q_trained_rows", title="Predict: how many rows of a learned table ever train",
-    entry="answer_04_trained_rows", forbidden=("posenc_lesson.tasks.learned._rows_with_gradient",),
+    id="04_q_trained_rows", title="Predict: how many rows of a learned table train without the causal mask",
+    entry="answer_04_trained_rows", forbidden=("posenc_lesson.tasks.learned._rows_with_gradient",
+                                               "posenc_lesson.lab"),
     judge=number_judge(lambda: _rows_with_gradient()[0], [
-        Misconception(lambda: _rows_with_gradient()[1], "you count every row a training sequence reaches; "
-                      "the last token of the longest sequence has no target, and in a causal model no "
-                      "other token attends to it, so its row never influences the loss.",
-                      "a row learns only if some loss term depends on it: which positions can a loss "
-                      "term at position t see?", id="learned.last_row_trains"),
+        Misconception(lambda: _rows_with_gradient(causal=True)[0], "you kept the causal model's rule, where "
+                      "the last token's row never trains; without the mask every query attends to every "
+                      "key, so the predictions before the last token depend on its row too.",
+                      "which keys does the query at position t see without the causal mask?",
+                      id="learned.causal_rule_kept"),
         Misconception(lambda: _rows_with_gradient()[2], "you count only the positions that carry a loss "
-                      "term; the prompt's positions feed those predictions through attention, so their "
+                      "term; the other positions feed those predictions through attention, so their "
                       "rows get gradients too.", "which positions can the prediction at position t "
                       "attend to?", id="learned.only_loss_rows_train"),
         Misconception(_L_MAX, "you expect the whole table to train; a row past every training sequence is "
@@ -320,4 +371,3 @@ register(question(
                       "copy decides.", "which of the three copies reaches furthest into the table?",
                       id="learned.shortest_copy_decides"),
     ], "T = 2n + 2 tokens; the loss is on the predictions of the copied symbols, at positions n + 1 .. 2n.")))
-

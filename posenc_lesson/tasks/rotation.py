@@ -1,9 +1,10 @@
 """Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix M_k with
-PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and the rotation-sign bug.
+PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and a diagnosis: which slip made
+a colleague's shift by k (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): offsets k in -60 .. 120 (0 among them now and
-then), even widths 4 .. 64; for the shift, rows of the table from a random start and rows of
-random numbers (it is a linear map, so it must work for any rows).
+then), even widths 4 .. 64; for the diagnosis five shifts, five of the five labels drawn in a
+random order, of rows of the table from a random start or of random numbers (it is a linear map).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from .judges import (
     pe_table,
     randn,
     seeded,
+    swap_pairs,
     tensor_judge,
 )
 from .registry import Task, register
+from .sinusoidal import label_judge, unique_label
 
 _OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
                      "posenc_lesson.apply_rope")
@@ -93,7 +96,7 @@ def _pe_dot(k: int, d: int, base: float = 10_000.0) -> Tensor:
 
 register(Task(
     id="03_offset_dot",
-    kind="derive",
+    kind="implement",
     title="The dot product PE[pos] . PE[pos + k]",
     points=2,
     entry="pe_dot",
@@ -118,24 +121,77 @@ register(Task(
     hidden=_hidden_offsets,
 ))
 
+# --------------------------------------------------------------------------------------
+# 03_shift_bug: which slip made a colleague's shift of encodings by k (the slip drawn per case)
+# --------------------------------------------------------------------------------------
+
+# label -> (the colleague's matrix for (k, d_model), what its shift shows, the id of naming it wrongly)
+_SHIFT_BUGS = {
+    "none": (_offset, "a right shift turns pair (2i, 2i+1) of every row by k w_i, forward: table rows "
+             "come out as the rows k positions later", "rotation.shift_bug_missed"),
+    "sign_flipped": (lambda k, d: _offset(-k, d), "a flipped sign turns every pair by -k w_i: table rows "
+                     "would come out as the rows k positions earlier", "rotation.shift_misread_sign"),
+    "exponent_i_over_d": (lambda k, d: _offset(k, d, base=100.0), "with the exponent i/d_model pair 0 "
+                          "would still be right and the slow pairs would turn too far",
+                          "rotation.shift_misread_i_over_d"),
+    "half_layout": (lambda k, d: half_block(_offset(k, d)), "blocks on channels (i, i + d_model/2) would "
+                    "mix the sine of one pair with the sine of another",
+                    "rotation.shift_misread_half_layout"),
+    "ignores_k": (lambda k, d: _offset(1, d), "a shift that ignores k turns every pair by w_i, one "
+                  "position, whatever k is", "rotation.shift_misread_ignores_k"),
+}
+
+
+def _colleague_shift(label: str, pe: Tensor, k: int) -> Tensor:
+    return (pe.double() @ _SHIFT_BUGS[label][0](k, pe.shape[-1]).double().T).float()  # (T, D)
+
+
+def _shift_bug_ref(pe: Tensor, k: int, shifted: Tensor) -> str:
+    return unique_label([label for label in _SHIFT_BUGS if torch.allclose(
+        shifted.double(), _colleague_shift(label, pe, k).double(), rtol=1e-4, atol=1e-5)])
+
+
+def _shift_bug_cases(seed: int = 0) -> list[tuple]:
+    """(pe (T, d_model), k, shifted (T, d_model) float32): seed 0 each label once in a fixed order,
+    another seed the five in a random order; pe table rows from a random start or random rows,
+    T 2 .. 12, d_model even 4 .. 32, k in -30 .. 30 but not -1, 0, 1; only the drawn label matches."""
+    if seed == 0:
+        g = seeded(103)
+        specs = [("sign_flipped", pe_table(8, 8), 5), ("half_layout", randn(g, 4, 16), -2),
+                 ("none", pe_table(6, 4, start=3), 11), ("ignores_k", pe_table(5, 12, start=20), -7),
+                 ("exponent_i_over_d", randn(g, 3, 8), 4)]
+    else:
+        g = seeded(300 + seed)
+        specs = []
+        for n in torch.randperm(len(_SHIFT_BUGS), generator=g).tolist():
+            t, d = draw(g, 2, 12), 2 * draw(g, 2, 16)
+            pe = pe_table(t, d, start=draw(g, 0, 40)) if draw(g, 0, 1) else randn(g, t, d)
+            k = draw(g, 2, 30) * (1 if draw(g, 0, 1) else -1)
+            specs.append((list(_SHIFT_BUGS)[n], pe, k))
+    cases = []
+    for label, pe, k in specs:
+        shifted = _colleague_shift(label, pe, k)
+        if _shift_bug_ref(pe, k, shifted) != label:
+            raise ValueError(f"a broken case: {label}")
+        cases.append((pe, k, shifted))
+    return cases
+
+
 register(Task(
-    id="03_fix_rotation_sign",
+    id="03_shift_bug",
     kind="diagnose",
-    title="Shifting an encoding by k (find the bug)",
+    title="Diagnose: which slip made a colleague's shift by k",
     points=2,
-    entry="shift_encoding",
-    forbidden=_OFFSET_FORBIDDEN,
-    cases=lambda: [(pe_table(8, 8)[:, :], 5), (randn(seeded(103), 4, 16), -2),
-                   (pe_table(20, 4, start=3), 11)],
+    entry="shift_bug",
+    forbidden=(*_OFFSET_FORBIDDEN, "posenc_lesson.tasks.rotation._shift_bug_ref",
+               "posenc_lesson.tasks.rotation._colleague_shift"),
+    cases=_shift_bug_cases,
+    hidden=_shift_bug_cases,
     run=call,
-    judge=tensor_judge(lambda pe, k: pe.double() @ _offset(k, pe.shape[-1]).double().T, [
-        Mistake(lambda pe, k: pe.double() @ _offset(-k, pe.shape[-1]).double().T,
-                "your rows move k positions back, not forward: the rotation's sign is flipped "
-                "(M_k transposed, or the rows multiplied by M_k from the wrong side).",
-                _OFFSET_SIGN_HINT, id="rotation.shift_backwards"),
-    ], ("pe", "k"), "row r of the answer is M_k @ pe[r]: each (sin, cos) pair turned by k * omega_i.",
-        partial=False),
-    hidden=_hidden_shifts,
+    judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _SHIFT_BUGS.items()},
+                      _shift_bug_ref, "compare shifted with pe @ M.T for the M each slip would use (your "
+                      "offset_matrix of Task 1 builds the right one): which one matches, within a "
+                      "tolerance?"),
 ))
 
 
@@ -143,35 +199,41 @@ register(Task(
 # Concept questions (concepts.py): the answers computed here, from the library's M_k and table
 # --------------------------------------------------------------------------------------
 
-def _way_back() -> str:
-    """How the library's M_(-k) relates to M_k: "transpose", "negative", "itself" or "none"."""
+def _way_forward_swapped() -> str:
+    """Which matrix moves the rows of a table stored (cos, sin) per pair k positions forward, in
+    terms of the paper's M_k: "transpose", "itself", "negative" or "none"."""
+    found = set()
     for k, d_model in ((3, 8), (-7, 16), (40, 64)):
-        back, m = _offset(-k, d_model).double(), _offset(k, d_model).double()
-        table = pe_table(100, d_model, start=50).double()  # (100, D), positions 50 .. 149
-        assert torch.allclose(table[:-abs(k)] if k > 0 else table[abs(k):],
-                              (table[abs(k):] if k > 0 else table[:-abs(k)]) @ back.T, atol=1e-6)
-    for name, candidate in (("transpose", m.T), ("negative", -m), ("itself", m)):
-        if torch.allclose(back, candidate, atol=1e-9):
-            return name
-    return "none"
+        m = _offset(k, d_model).double()
+        table = swap_pairs(pe_table(100, d_model, start=50)).double()  # (100, D): (cos, sin) per pair
+        rows, later = (table[:-k], table[k:]) if k > 0 else (table[-k:], table[:k])
+        for name, candidate in (("transpose", m.T), ("negative", -m), ("itself", m)):
+            if torch.allclose(rows @ candidate.T, later, atol=1e-6):
+                found.add(name)
+                break
+        else:
+            found.add("none")
+    return found.pop() if len(found) == 1 else "none"
 
 
 register(question(
-    id="03_q_look_back", title="Predict: the matrix that moves k positions back",
-    entry="answer_03_look_back", forbidden=("posenc_lesson.tasks.rotation._way_back",),
-    judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"}, _way_back, [
-        Misconception("b", "you negate the matrix to negate the shift; -M_k flips the sign of every "
-                      "channel, which is a half turn of every clock hand, not a turn back by k w_i.",
-                      "what undoes a rotation by an angle a?", id="rotation.back_by_negating"),
-        Misconception("c", "you expect the direction not to matter because cosine is even; the sine "
-                      "entries of M_k change sign with k.",
-                      "write the block B_i(-k) with the angle-addition formulas and compare it with "
-                      "B_i(k).", id="rotation.direction_does_not_matter"),
-        Misconception("d", "you expect the way back to depend on the position; like the way forward it "
-                      "is one fixed rotation per pair, the same at every position.",
-                      "M_k M_(-k) = M_0 = I, so M_(-k) is the inverse of M_k: which matrix is the "
-                      "inverse of a rotation?", id="rotation.way_back_depends_on_position"),
-    ], "M_(-k) undoes M_k: it is the inverse of a block-diagonal rotation.")))
+    id="03_q_look_back", title="Predict: the forward step for a table stored (cos, sin)",
+    entry="answer_03_look_back", forbidden=("posenc_lesson.tasks.rotation._way_forward_swapped",),
+    judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"},
+                       _way_forward_swapped, [
+        Misconception("b", "you negate the matrix to change it; -M_k flips the sign of every channel, a "
+                      "half turn of every pair, and swapping the channels is not that.",
+                      "write the block for (cos(a + b), sin(a + b)) from (cos a, sin a) with the "
+                      "angle-addition formulas.", id="rotation.swapped_by_negating"),
+        Misconception("c", "you expect the storage order not to matter; swapping the two channels of a "
+                      "pair mirrors its 2 x 2 block, and a mirrored rotation turns the other way.",
+                      "write the block for (cos(a + b), sin(a + b)) from (cos a, sin a) and compare its "
+                      "off-diagonal signs with the paper's block.", id="rotation.storage_order_ignored"),
+        Misconception("d", "you expect no fixed matrix to exist for the swapped table; the swap is a fixed "
+                      "permutation S of the channels, so S M_k S is one fixed matrix, the same at every "
+                      "position.", "if P moves the paper's rows, what moves S times them?",
+                      id="rotation.swapped_has_no_step"),
+    ], "the swapped table is S PE with S swapping channels 2i and 2i+1: its step is S M_k S.")))
 
 
 _TRACE_K, _TRACE_WIDTH = 5, 64  # the offset matrix M_5 of a d_model = 64 table
@@ -190,7 +252,9 @@ def _one_cosine_per_pair() -> float:
 register(question(
     id="03_q_offset_trace", title="Predict: the trace of M_5 at d_model = 64",
     entry="answer_03_offset_trace", forbidden=("posenc_lesson.tasks.rotation._offset_trace",
-                                               "posenc_lesson.tasks.rotation._one_cosine_per_pair"),
+                                               "posenc_lesson.tasks.rotation._one_cosine_per_pair",
+                                               "posenc_lesson.sinusoidal_offset_matrix",
+                                               "posenc_lesson.rope_rotation_matrix"),
     judge=number_judge(_offset_trace, [
         Misconception(_one_cosine_per_pair, "you counted one cosine per pair; each 2 x 2 block "
                       "[[cos, sin], [-sin, cos]] has the cosine twice on its diagonal.",

@@ -1,30 +1,41 @@
 """Lesson 02's tasks (exercises/02_sinusoidal_encoding.ipynb): the sinusoidal table, its
-wavelengths, and the factor-of-2 exponent bug.
+wavelengths, and a diagnosis: which slip made a colleague's table (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh sizes within the statement, max_len
-2 .. 64 and an even d_model 4 .. 128 (the table), an even d_model 4 .. 1024 (the wavelengths).
+2 .. 64 and an even d_model 4 .. 128 (the table), an even d_model 4 .. 1024 (the wavelengths);
+for the diagnosis five colleagues' tables, five of the six labels drawn, fresh sizes.
+
+``label_judge`` (also used by lessons 03 and 04) grades an answer that names one label per case.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from .. import sinusoidal as _sinusoidal
+from ..harness.in_kernel import learner_text
 from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
     SINUSOIDAL_FORBIDDEN,
     TABLE_MISTAKES,
+    Judged,
     Mistake,
     call,
+    diagnoses,
     draw,
+    feedback,
+    interleaved_to_concat,
     pe_table,
     seeded,
+    swap_pairs,
     tensor_judge,
+    type_text,
 )
-from .registry import Task, register
+from .registry import Task, is_marker, register
 
 _TABLE_HINT = ("PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle), "
                "with pos = 0 .. max_len-1 and i = 0 .. d_model/2-1.")
@@ -94,17 +105,112 @@ register(Task(
     hidden=_hidden_widths,
 ))
 
+# --------------------------------------------------------------------------------------
+# 02_table_bug: which slip made a colleague's table (the slip drawn per case)
+# --------------------------------------------------------------------------------------
+
+def label_judge(labels: dict[str, tuple[str, str]], truth: Callable[..., str], hint: str,
+                ) -> Callable[[list, list], Judged]:
+    """A judge for an answer naming one of ``labels`` per case (partial credit per case):
+    ``labels[label] = (what that label's fault would show, the id of naming it wrongly)``;
+    ``truth(*case)`` is the right label."""
+    @diagnoses(*(mid for _, mid in labels.values()))
+    def judge(outputs: list, cases: list) -> Judged:
+        per_case: list[str | None] = []
+        first: tuple[str, str, str] | None = None
+        for out, case in zip(outputs, cases, strict=True):
+            told = None
+            if is_marker(out, "error"):
+                told = ("generic.error", f"your code raised {learner_text(out['error'])}.", hint)
+            elif not isinstance(out, str) or out.strip() not in labels:
+                told = ("generic.wrong_type", f"expected one of {tuple(labels)} as a string; got "
+                        f"{type_text(out) if not isinstance(out, str) else repr(out[:40])}.",
+                        "return the label, e.g. return \"none\".")
+            elif out.strip() != truth(*case):
+                shows, mid = labels[label := out.strip()]
+                told = (mid, f"you named {label!r}, but this case does not show it: {shows}.", hint)
+            per_case.append(told[0] if told else None)
+            first = first or told
+        if first is None:
+            return Judged(1.0, f"passed: the right label in all {len(cases)} cases.", None, per_case)
+        return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+    return judge
+
+
+def unique_label(found: list[str]) -> str:
+    """The one label that matched a case; ValueError for a broken case (none or several)."""
+    if len(found) != 1:
+        raise ValueError(f"not a case of this task: it matches {found}")
+    return found[0]
+
+
+# label -> (the colleague's table for (max_len, d_model), what it shows, the id of naming it wrongly)
+_TABLE_BUGS: dict[str, tuple[Callable[[int, int], Tensor], str, str]] = {
+    "none": (pe_table, "a right table has row 0 = [0, 1, 0, 1, ...] and pair i turning w_i = "
+             "10000^(-2i/d_model) radians per position", "sinusoidal.table_bug_missed"),
+    "exponent_i_over_d": (lambda n, d: pe_table(n, d, base=100.0), "with the exponent i/d_model the pairs "
+                          "slow down too little: the last pair still turns about 10000^(-1/2) radians per "
+                          "position", "sinusoidal.table_misread_i_over_d"),
+    "exponent_4i_over_d": (lambda n, d: pe_table(n, d, base=1e8), "with the exponent 4i/d_model the pairs "
+                           "slow down too fast: pair i turns w_i squared",
+                           "sinusoidal.table_misread_4i_over_d"),
+    "positions_from_1": (lambda n, d: pe_table(n, d, start=1), "positions counted from 1 leave every pair "
+                         "turning at its own rate, but row 0 is not [0, 1, 0, 1, ...]",
+                         "sinusoidal.table_misread_from_1"),
+    "sin_cos_swapped": (lambda n, d: swap_pairs(pe_table(n, d)), "swapped channels put a cosine first in "
+                        "every pair: row 0 would read [1, 0, 1, 0, ...]", "sinusoidal.table_misread_swapped"),
+    "concatenated": (lambda n, d: interleaved_to_concat(pe_table(n, d)), "the concatenated layout puts all "
+                     "sines first: row 0 would read [0, ..., 0, 1, ..., 1]",
+                     "sinusoidal.table_misread_concatenated"),
+}
+
+
+def _colleague_table(label: str, max_len: int, d_model: int) -> Tensor:
+    return _TABLE_BUGS[label][0](max_len, d_model).float()  # (L, D), float32 as a colleague's
+
+
+def _table_bug_ref(table: Tensor) -> str:
+    """The one label whose table this is (the cases are drawn so that one is)."""
+    n, d = table.shape
+    return unique_label([label for label in _TABLE_BUGS if torch.allclose(
+        table.double(), _colleague_table(label, n, d).double(), rtol=1e-4, atol=1e-5)])
+
+
+def _table_bug_cases(seed: int = 0) -> list[tuple]:
+    """(table (max_len, d_model) float32,): seed 0 each label once in a fixed order, another seed
+    five of the six drawn; max_len 3 .. 48, d_model even 4 .. 64; only the drawn label matches."""
+    labels = list(_TABLE_BUGS)
+    if seed == 0:
+        specs = [("exponent_i_over_d", 12, 8), ("none", 9, 16), ("sin_cos_swapped", 6, 4),
+                 ("positions_from_1", 20, 32), ("exponent_4i_over_d", 16, 10), ("concatenated", 5, 12)]
+    else:
+        g = seeded(200 + seed)
+        specs = [(labels[int(i)], draw(g, 3, 48), 2 * draw(g, 2, 32))
+                 for i in torch.randperm(len(labels), generator=g)[:5]]
+    cases = []
+    for label, n, d in specs:
+        table = _colleague_table(label, n, d)
+        if _table_bug_ref(table) != label:
+            raise ValueError(f"a broken case: {label}")
+        cases.append((table,))
+    return cases
+
+
 register(Task(
-    id="02_fix_exponent",
+    id="02_table_bug",
     kind="diagnose",
-    title="The sinusoidal table (find the bug)",
+    title="Diagnose: which slip made a colleague's table",
     points=2,
-    entry="sinusoidal_table_fixed",
-    forbidden=SINUSOIDAL_FORBIDDEN,
-    cases=lambda: [(12, 8), (40, 32), (5, 4)],
+    entry="table_bug",
+    forbidden=(*SINUSOIDAL_FORBIDDEN, "posenc_lesson.tasks.sinusoidal._table_bug_ref",
+               "posenc_lesson.tasks.sinusoidal._colleague_table"),
+    cases=_table_bug_cases,
+    hidden=_table_bug_cases,
     run=call,
-    judge=tensor_judge(pe_table, TABLE_MISTAKES, ("max_len", "d_model"), _TABLE_HINT, partial=False),
-    hidden=_hidden_tables,
+    judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _TABLE_BUGS.items()},
+                      _table_bug_ref, "read the table's row 0 (which channel holds a sine, where position 0 "
+                      "is) and row 1 (the angle atan2(sin, cos) of each pair is w_i): which slip gives "
+                      "what you see?"),
 ))
 
 
@@ -113,12 +219,13 @@ register(Task(
 # --------------------------------------------------------------------------------------
 
 def _dots_like_5_9() -> frozenset[tuple[int, int]]:
-    """Which of PE_9 . PE_13 and PE_5 . PE_1 equal PE_5 . PE_9, at three widths."""
+    """Which of S_9 . S_13 and S_5 . S_1 equal S_5 . S_9, at three widths, where S is a table of the
+    sine channels alone (the library's table without its cosine channels)."""
     found = set()
     for pair in ((9, 13), (5, 1)):
         for d_model in (16, 64, 512):
-            pe = pe_table(16, d_model).double()  # (16, D)
-            if not torch.allclose(pe[pair[0]] @ pe[pair[1]], pe[5] @ pe[9], atol=1e-9):
+            sines = pe_table(16, d_model).double()[:, 0::2]  # (16, D/2): sin(pos w_i)
+            if not torch.allclose(sines[pair[0]] @ sines[pair[1]], sines[5] @ sines[9], atol=1e-9):
                 break
         else:
             found.add(pair)
@@ -126,19 +233,22 @@ def _dots_like_5_9() -> frozenset[tuple[int, int]]:
 
 
 register(question(
-    id="02_q_dot_offset", title="Predict: which dot products of encodings are equal",
+    id="02_q_dot_offset", title="Predict: which dot products of a sines-only table are equal",
     entry="answer_02_dot_offset", forbidden=("posenc_lesson.tasks.sinusoidal._dots_like_5_9",),
     judge=choice_judge(
         {"a": frozenset({(9, 13)}), "b": frozenset({(9, 13), (5, 1)}), "c": frozenset()}, _dots_like_5_9, [
-            Misconception("a", "you expect the dot product to know which of the two positions comes "
-                          "first; each pair contributes a cosine of the offset, and cosine is even.",
-                          "write sin(a) sin(b) + cos(a) cos(b) as one cosine: of what?",
-                          id="sinusoidal.dot_knows_which_comes_first"),
-            Misconception("c", "you expect the dot product to depend on where the two positions are; each "
-                          "pair contributes sin(a) sin(b) + cos(a) cos(b), and the positions drop out.",
-                          "write sin(a) sin(b) + cos(a) cos(b) as one cosine: of what?",
-                          id="sinusoidal.dot_depends_on_positions"),
-        ], "PE_m . PE_n = sum over the pairs of sin(m w_i) sin(n w_i) + cos(m w_i) cos(n w_i).")))
+            Misconception("a", "you expect a sines-only table to keep the offset property, and its dot "
+                          "product to know which position comes first; without the cosines each channel "
+                          "gives sin(a) sin(b) = (cos(a - b) - cos(a + b)) / 2, and the cos(a + b) term "
+                          "depends on where the two positions are.",
+                          "write sin(a) sin(b) as a sum of two cosines: of what?",
+                          id="sinusoidal.sines_only_knows_which_comes_first"),
+            Misconception("b", "you expect the sines alone to give a dot product of the offset only, as the "
+                          "full table does; it is the cosine channel of each pair that cancels the "
+                          "cos(a + b) term of sin(a) sin(b) = (cos(a - b) - cos(a + b)) / 2.",
+                          "write sin(a) sin(b) as a sum of two cosines: what does cos(a) cos(b) add?",
+                          id="sinusoidal.sines_only_keep_the_offset"),
+        ], "S_m . S_n = sum over the pairs of sin(m w_i) sin(n w_i).")))
 
 
 _TURN_WIDTH, _TURN_CONTEXT = 128, 2048  # d_model = 128; one full turn within 2048 positions
@@ -154,8 +264,13 @@ def _pairs_that_turn(base: float = 10_000.0, per_radian: bool = False) -> int:
 
 register(question(
     id="02_q_pairs_that_turn", title="Predict: how many pairs turn within 2048 positions at d_model = 128",
-    entry="answer_02_pairs_that_turn", forbidden=("posenc_lesson.tasks.sinusoidal._pairs_that_turn",),
+    entry="answer_02_pairs_that_turn", forbidden=("posenc_lesson.tasks.sinusoidal._pairs_that_turn",
+                                                  "posenc_lesson.sinusoidal_wavelengths",
+                                                  "posenc_lesson.sinusoidal_frequencies"),
     judge=number_judge(_pairs_that_turn, [
+        Misconception(lambda: _pairs_that_turn() - 1, "you gave the index of the last pair that turns, not "
+                      "the number of pairs: the pairs are counted from i = 0.", "pairs 0 .. m are m + 1 "
+                      "pairs.", id="sinusoidal.last_index_for_count"),
         Misconception(lambda: _pairs_that_turn(per_radian=True), "you counted positions per radian, "
                       "1 / w; one turn is 2 pi radians.", "a pair turning w radians per position needs "
                       "2 pi / w positions for one turn.", id="sinusoidal.turn_taken_as_one_radian"),

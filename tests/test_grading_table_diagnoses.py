@@ -1,0 +1,81 @@
+"""Lessons 02-04's diagnoses with the slip drawn per case (issue 32): 02_table_bug (a colleague's
+table), 03_shift_bug (a colleague's shift by k) and 04_port_bug (a port of the sinusoidal encoder),
+and the questions reworked with them (02 Q1 on a sines-only table, 03 Q1 on a table stored
+(cos, sin), 04 Q1 without the causal mask). Every case matches its drawn label only, the hidden
+cases draw several labels, every wrong label gets its own id, and the keys are the library's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc_lesson.tasks import learned, registry, rotation, sinusoidal
+from posenc_lesson.tasks.judges import pe_table
+
+registry.load_topics()
+DIAGNOSES = {  # task -> (labels, the function naming a case's label)
+    "02_table_bug": (tuple(sinusoidal._TABLE_BUGS), sinusoidal._table_bug_ref),
+    "03_shift_bug": (tuple(rotation._SHIFT_BUGS), rotation._shift_bug_ref),
+    "04_port_bug": (tuple(learned._PORT_BUGS), learned._port_bug_ref),
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(DIAGNOSES))
+def test_the_visible_cases_show_every_label_once(task_id):
+    labels, truth = DIAGNOSES[task_id]
+    assert sorted(truth(*case) for case in registry.TASKS[task_id].cases()) == sorted(labels)
+
+
+@pytest.mark.parametrize("task_id", sorted(DIAGNOSES))
+def test_the_hidden_cases_draw_the_slip_per_student(task_id):
+    labels, truth = DIAGNOSES[task_id]
+    drawn = [tuple(truth(*case) for case in registry.hidden_cases(task_id, seed)) for seed in range(1, 13)]
+    assert len(set(drawn)) > 6  # the slips and their order change from student to student
+    assert {label for run in drawn for label in run} == set(labels)
+
+
+@pytest.mark.parametrize("task_id", sorted(DIAGNOSES))
+def test_the_right_labels_pass_and_every_wrong_label_gets_its_own_id(task_id):
+    labels, truth = DIAGNOSES[task_id]
+    cases = registry.hidden_cases(task_id, 7)
+    right = [truth(*case) for case in cases]
+    assert registry.assess(task_id, right, cases).points == registry.TASKS[task_id].points
+    declared = registry.TASKS[task_id].judge.mistakes
+    seen = set()
+    for label in labels:
+        wrong = [label if r != label else next(x for x in labels if x != label) for r in right]
+        result = registry.assess(task_id, wrong, cases)
+        assert result.points == 0 and result.mistake in declared, (label, result)
+        seen.add(result.mistake)
+    assert len(seen) >= len(labels) - 1
+    assert registry.assess(task_id, ["nonsense"] * len(cases), cases).mistake == "generic.wrong_type"
+
+
+def test_a_case_that_no_label_or_two_labels_match_is_refused():
+    table = pe_table(6, 8).float()
+    with pytest.raises(ValueError, match="not a case"):
+        sinusoidal._table_bug_ref(torch.zeros_like(table))
+    with pytest.raises(ValueError, match="not a case"):  # with one pair the two layouts agree
+        sinusoidal._table_bug_ref(pe_table(6, 2).float())
+
+
+def test_the_reworked_questions_keys_are_the_librarys():
+    assert sinusoidal._dots_like_5_9() == frozenset()  # a sines-only table keeps where the positions are
+    assert rotation._way_forward_swapped() == "transpose"  # (cos, sin) storage: M_k^T moves forward
+    trained, longest, with_loss, shortest = learned._rows_with_gradient()
+    assert (trained, longest) == (24, 24) and learned._rows_with_gradient(causal=True)[0] == 23
+    assert (with_loss, shortest) == (18, 8)
+    assert sinusoidal._pairs_that_turn() - 1 == 40  # the last index, named as its own misconception
+
+
+@pytest.mark.parametrize(("qid", "call"), [
+    ("02_q_pairs_that_turn", lambda pl: int((pl.sinusoidal_wavelengths(128) < 2048).sum())),
+    ("03_q_offset_trace", lambda pl: float(pl.sinusoidal_offset_matrix(5, 64).double().trace())),
+    ("04_q_trained_rows", lambda pl: pl.lab.model.TinyDecoder(4, pos="learned", max_len=8) and 24),
+])
+def test_the_one_library_call_that_answers_a_question_is_forbidden(qid, call):
+    import posenc_lesson as pl
+
+    result = registry.assess(qid, registry.outputs_of(qid, lambda: call(pl)))
+    assert result.points == 0 and result.mistake == "generic.forbidden_call"
