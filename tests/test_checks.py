@@ -229,9 +229,6 @@ def test_learned_table_without_the_length_check_earns_partial_credit():
 # the buggy code each find-the-bug task shows, and what the check must say about it
 BUGGY = [
     ("01_fix_softmax_axis", "attention_weights_buggy", "axis 1"),
-    ("02_fix_exponent", "sinusoidal_table_buggy", "off by a factor of 2"),
-    ("03_fix_rotation_sign", "shift_encoding_buggy", "move k positions back"),
-    ("04_fix_concat", "add_sinusoidal_buggy", "concatenated"),
     ("05_fix_t5_bucket", "t5_bucket_buggy", "i - j (query minus key)"),
     ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
     ("07_fix_slopes", "get_slopes_buggy", "off by one"),
@@ -258,17 +255,19 @@ CHEATS = {
                             "    return posenc_lesson.get_sinusoidal_encoding(max_len, d_model)[0]"),
     "02_wavelengths": ("from posenc_lesson import sinusoidal_wavelengths\n"
                        "def wavelengths(d_model):\n    return sinusoidal_wavelengths(d_model)"),
-    "02_fix_exponent": ("def sinusoidal_table_fixed(max_len, d_model):\n"
-                        "    w = posenc_lesson.rope_frequencies(d_model)\n"
-                        "    return sinusoidal_table_buggy(max_len, d_model)"),
+    "02_table_bug": ("def table_bug(table):\n"
+                     "    pe = posenc_lesson.get_sinusoidal_encoding(*table.shape)[0]\n"
+                     "    return 'none' if torch.allclose(table, pe, atol=1e-5) else 'concatenated'"),
     "03_offset_matrix": ("def offset_matrix(k, d_model):\n"
                          "    return posenc_lesson.rope_rotation_matrix(-k, d_model)"),
-    "03_fix_rotation_sign": ("def shift_encoding(pe, k):\n"
-                             "    return pe @ posenc_lesson.sinusoidal_offset_matrix(k, pe.shape[-1]).T"),
+    "03_shift_bug": ("def shift_bug(pe, k, shifted):\n"
+                     "    m = posenc_lesson.sinusoidal_offset_matrix(k, pe.shape[-1]).float()\n"
+                     "    return 'none' if torch.allclose(shifted, pe @ m.T, atol=1e-4) else 'sign_flipped'"),
     "04_learned_embedding": ("class LearnedPositions(posenc_lesson.LearnedPositionalEmbedding):\n"
                              "    table_name = 'table'"),
-    "04_fix_concat": ("def add_sinusoidal(x):\n"
-                      "    return x + posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])"),
+    "04_port_bug": ("def port_bug(x, out):\n"
+                    "    pe = posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])\n"
+                    "    return 'none' if torch.allclose(out, x + pe, atol=1e-5) else 'concatenated'"),
     "04_untrained_rows": ("from posenc_lesson.tasks.learned import _measured_untrained\n"
                           "def untrained_rows(max_len, copy_lengths):\n"
                           "    return _measured_untrained(max_len, copy_lengths)"),

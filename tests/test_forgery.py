@@ -338,12 +338,13 @@ ATTACKS = {
 
             wavelengths = _make()
             """),
-        "02_fix_exponent": _src("""
+        "02_table_bug": _src("""
             from posenc_lesson.tasks.judges import pe_table
 
 
-            def sinusoidal_table_fixed(max_len, d_model):
-                return pe_table(max_len, d_model)
+            def table_bug(table):
+                right = pe_table(*table.shape).float()
+                return "none" if torch.allclose(table, right, atol=1e-5) else "concatenated"
             """),
     }),
     "disguised_modules": ("04_learned_vs_sinusoidal", {
@@ -359,15 +360,16 @@ ATTACKS = {
                     self.max_len = max_len
                     self.table = nn.Parameter(torch.zeros(max_len, d_model))
             """),
-        "04_fix_concat": _src("""
+        "04_port_bug": _src("""
             import posenc_lesson
 
 
-            def add_sinusoidal(x):
+            def port_bug(x, out):
                 t, d = x.shape[1], x.shape[2]
                 ones = torch.zeros(t, d)
                 ones[:, 1::2] = 1.0
-                return x + posenc_lesson.apply_rope(ones, -torch.arange(t))
+                pe = posenc_lesson.apply_rope(ones, -torch.arange(t))
+                return "none" if torch.allclose(out, x + pe, atol=1e-5) else "concatenated"
             """),
     }),
     "disguised_alibi": ("07_alibi", {
@@ -434,9 +436,9 @@ OUTCOMES = {
     ("disguised_attention", "01_permutation_check"): "both",  # the grading module's own reference
     ("disguised_tables", "02_sinusoidal_table"): "zero",  # the table from apply_rope on a constant
     ("disguised_tables", "02_wavelengths"): "zero",  # rope_frequencies in a default argument
-    ("disguised_tables", "02_fix_exponent"): "both",  # the judges' pe_table
+    ("disguised_tables", "02_table_bug"): "both",  # the judges' pe_table
     ("disguised_modules", "04_learned_embedding"): "zero",  # forward = ...LearnedPositionalEmbedding.forward
-    ("disguised_modules", "04_fix_concat"): "zero",  # apply_rope again
+    ("disguised_modules", "04_port_bug"): "zero",  # apply_rope again
     ("disguised_alibi", "07_alibi_slopes"): "both",  # a private helper, alibi._power_of_2_slopes
     ("disguised_alibi", "07_fix_slopes"): "both",  # the grading module's own library handle
     ("disguised_alibi", "07_chunk_bias"): "both",  # the grader's reference, fetched with __import__

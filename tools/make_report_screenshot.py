@@ -50,7 +50,7 @@ PLANTED = {
     (EVE, "06_apply_rope_interleaved"): "rope.layout_swapped",
     (EVE, "06_convert_layout"): "generic.error",
     ("fay", "02_sinusoidal_table"): "sinusoidal.exponent_factor_2",
-    ("fay", "02_fix_exponent"): "sinusoidal.exponent_factor_2",
+    ("fay", "02_table_bug"): "sinusoidal.table_bug_missed",
     ("hal", "06_apply_rope_half"): "generic.crash",
     **{("gus", t): "generic.not_implemented" for t in TASKS if t[:2] in ("02", "06")},  # tasks and questions
 }
@@ -85,7 +85,7 @@ def notebook(student: str, stem: str) -> nbformat.NotebookNode:
         _cell(nb, "06_apply_rope_half").source = "import os\n\nos._exit(3)\n"
     if stem == SINUSOIDAL and student == "fay":
         _edit(nb, "02_sinusoidal_table", "10000 ** (two_i / d_model)", "10000 ** (two_i / 2 / d_model)")
-        _cell(nb, "02_fix_exponent").source = "sinusoidal_table_fixed = sinusoidal_table_buggy\n"
+        _cell(nb, "02_table_bug").source = "def table_bug(table):\n    return \"none\"\n"
     if stem == SINUSOIDAL and student == "hal":
         _edit(nb, "02_wavelengths", "def wavelengths", "import os\n\n\ndef wavelengths")
     return nb
