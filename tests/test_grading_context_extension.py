@@ -2,11 +2,12 @@
 tasks/scaling_design.py) grade what they promise.
 
 Every answer is real code: the solution notebook's cells, executed in a fresh namespace, then
-changed into the wrong answers people write (PI multiplying by s, a reversed YaRN ramp, radians
-counted as turns, edges solved for the channel index, a YaRN port's scale power misread, a partial
-rotary with Dh in the exponent or rotating the pass-through channels, ...). Each must lose points and
-be named by its diagnosis, never shown the expected values; the hidden inputs are graded the same way.
-One task of the notebook is "implement"; YaRN's ramp is derived, a YaRN port diagnosed (issue 32).
+changed into the wrong answers people write (PI multiplying by s, radians counted as turns when a
+YaRN checkpoint's training length is read off its frequencies, a YaRN port's scale power misread, a
+partial-rotary port's bug missed or its fix with Dh in the exponent, a published default left in a
+design, ...). Each must lose points and be named by its diagnosis, never shown the expected values; the
+hidden inputs are graded the same way. One task of the notebook is "implement"; YaRN is inverted (derive),
+two ports are diagnosed with the cause drawn per case, a scaling designed for a K drawn per case (issue 32).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from posenc_lesson.tasks import context_extension as topic
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_context_extension.ipynb"
 EXERCISE = ROOT / "exercises" / "09_context_extension.ipynb"
-TASK_IDS = ("09_pi_frequencies", "09_yarn_frequencies", "09_diagnose_yarn_port", "09_fix_partial_rotary",
+TASK_IDS = ("09_pi_frequencies", "09_yarn_original_length", "09_diagnose_yarn_port", "09_fix_partial_rotary",
             "09_design_scaling")
-HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_frequencies": topic._yarn_cases,
+HIDDEN = {"09_pi_frequencies": topic._pi_cases, "09_yarn_original_length": topic._length_cases,
           "09_diagnose_yarn_port": scaling_design._port_cases,
           "09_fix_partial_rotary": partial_rotary._partial_cases,
           "09_design_scaling": scaling_design._design_cases}
@@ -76,7 +77,7 @@ def test_the_lesson_has_five_tasks_worth_ten_points_a_find_the_bug_and_a_design_
     assert sum(TASKS[t].points for t in TASK_IDS) == 10
     assert TASKS["09_pi_frequencies"].points == 1  # the one transcription
     assert {t: TASKS[t].kind for t in TASK_IDS} == {
-        "09_pi_frequencies": "implement", "09_yarn_frequencies": "derive",
+        "09_pi_frequencies": "implement", "09_yarn_original_length": "derive",
         "09_diagnose_yarn_port": "diagnose", "09_fix_partial_rotary": "diagnose",
         "09_design_scaling": "design"}
     assert TASKS["09_design_scaling"].points == 3  # the design: the most points
@@ -96,27 +97,8 @@ def test_reference_solution_gets_full_marks_and_the_stub_zero(task_id):
     assert points == 0 and feedback.startswith("not implemented yet")
 
 
-PARTIAL_ALL_CHANNELS = '''
-def partial_rope_fixed(x, positions, rotary_dim):
-    head_dim = x.shape[-1]
-    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angle = positions.double()[:, None] * theta[None, :]
-    cos, sin = angle.cos(), angle.sin()
-    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-'''
-
-# The partial rotary's pairs in the reference (GPT-J's, interleaved) and in GPT-NeoX's rotate_half layout
-INTERLEAVED_PAIRS = ("a, b = rot[..., 0::2], rot[..., 1::2]\n"
-                     "    turned = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)")
-HALF_PAIRS = ("a, b = rot.chunk(2, dim=-1)\n"
-              "    turned = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)")
-
-BOUNDS = ("low = max(math.floor(index(32)), 0)  # the kept edge, rounded down (Hugging Face), never before "
-          "pair 0\n    high = min(math.ceil(index(1)), head_dim - 1)  # the interpolated edge, rounded up")
-FLIPPED = ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos")
-PAPER_RAMP = ("ramp = torch.clamp((i - low) / (high - low), 0, 1)",
-              "ramp = torch.clamp(1 - (original_max_len * theta / (2 * math.pi) - 1) / 31, 0, 1)")
+FLIPPED = ("a * cos - b_ * sin, a * sin + b_ * cos", "a * cos + b_ * sin, -a * sin + b_ * cos")
+FIX_LINE = "fixed = partial(rotary_dim, rotary_dim)"
 
 # (task id, text in the reference source, its replacement, words the diagnosis must contain)
 MUTANTS = [
@@ -128,23 +110,13 @@ MUTANTS = [
      "return 2 * math.pi / (base ** (-two_i / head_dim) / factor)", "wavelengths"),
     ("09_pi_frequencies", "return base ** (-two_i / head_dim) / factor",
      "return (base * factor ** (head_dim / (head_dim - 2))) ** (-two_i / head_dim)", "NTK-aware"),
-    ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)",
-     "return theta / factor * (1 - ramp) + theta * ramp", "ramp is reversed"),
-    ("09_yarn_frequencies", "(turns * 2 * math.pi)", "turns", "counted radians, not turns"),
-    ("09_yarn_frequencies", "/ (2 * math.log(base))", "/ math.log(base)", "edges are twice too far"),
-    ("09_yarn_frequencies", "i = torch.arange(head_dim // 2, dtype=torch.float64)",
-     "i = torch.arange(0, head_dim, 2, dtype=torch.float64)", "ramp runs over the channel index"),
-    ("09_yarn_frequencies", BOUNDS,
-     "low = max(math.floor(index(1)), 0)\n    high = min(math.ceil(index(32)), head_dim - 1)", "swapped"),
-    ("09_yarn_frequencies", BOUNDS,
-     "low = math.floor(index(32))\n    high = min(math.ceil(index(1)), head_dim - 1)",
-     "starts before pair 0"),
-    ("09_yarn_frequencies", BOUNDS,
-     "low = max(math.ceil(index(32)), 0)\n    high = min(math.floor(index(1)), head_dim - 1)", "inwards"),
-    ("09_yarn_frequencies", "return theta / factor * ramp + theta * (1 - ramp)", "return theta / factor",
-     "position interpolation"),
-    ("09_yarn_frequencies", *PAPER_RAMP, "as the paper writes it"),
-    ("09_yarn_frequencies", "theta / factor * ramp", "theta * factor * ramp", "multiplied by the factor"),
+    ("09_yarn_original_length", "return 32 * 2 * math.pi * base", "return 32 * base", "counted radians"),
+    ("09_yarn_original_length", "return 32 * 2 * math.pi * base", "return factor * 32 * 2 * math.pi * base",
+     "the extended context"),
+    ("09_yarn_original_length", "return 32 * 2 * math.pi * base", "return 2 * math.pi * base",
+     "wrong rotation counts"),
+    ("09_yarn_original_length", "** (2 * low / head_dim)", "** (2 * (low + 1) / head_dim)",
+     "off by one pair"),
     ("09_diagnose_yarn_port", '{0: "scale_forgotten", 1: "scale_on_q_only"',
      '{0: "scale_on_q_only", 1: "scale_forgotten"', "misread the power of the scale"),
     ("09_diagnose_yarn_port", '"rotation_reversed": scores(theta, sign=-1)',
@@ -153,12 +125,18 @@ MUTANTS = [
     ("09_diagnose_yarn_port", "if power != 2:\n        return {",
      "if power != 2:\n        return 'trained_frequencies' or {",
      "blamed the rotation where the scale is wrong"),
-    ("09_fix_partial_rotary", "/ rotary_dim)", "/ x.shape[-1])", "the exponent uses Dh"),
-    ("09_fix_partial_rotary", "return torch.cat((turned, rest), dim=-1)", "return turned",
-     "only the rotated channels"),
-    ("09_fix_partial_rotary", *FLIPPED, "wrong way"),
+    ("09_fix_partial_rotary", FIX_LINE, "fixed = partial(head_dim, rotary_dim)",
+     "your fix's exponent uses Dh"),
+    ("09_fix_partial_rotary", "return cause, fixed", "return cause, fixed[..., :rotary_dim]",
+     "returns only the rotated channels"),
+    ("09_fix_partial_rotary", FIX_LINE, "fixed = partial(rotary_dim, rotary_dim, b=10_000.0)",
+     "uses base 10000"),
+    ("09_fix_partial_rotary", "return cause, fixed", "return 'correct', fixed",
+     "you passed a port that is wrong"),
+    ("09_fix_partial_rotary", '"base_ignored": partial(rotary_dim, rotary_dim, b=10_000.0)',
+     '"base_ignored": partial(head_dim, rotary_dim, b=10_000.0)', "confused the two frequency bugs"),
     ("09_design_scaling", '"method": "llama3"', '"method": "linear"',
-     "changes pairs that turn 4 times or more"),
+     "changes pairs that turn at least keep_turns times"),
 ]
 
 
@@ -173,72 +151,80 @@ def test_known_wrong_implementation_gets_its_diagnosis(task_id, old, new, diagno
     assert "Hint:" in feedback
 
 
-def test_a_partial_rotary_that_rotates_every_channel_is_named():
-    fn = _entry("09_fix_partial_rotary", PARTIAL_ALL_CHANNELS)
-    points, _, feedback = _grade("09_fix_partial_rotary", fn)
-    assert points == 0
-    assert "rotate the pass-through channels" in feedback
+def _partial_truths(cases):
+    return [partial_rotary._partial_cause(*c) for c in cases]
 
 
-def _gpt_neox_port() -> str:
-    source = _reference("09_fix_partial_rotary")
-    assert INTERLEAVED_PAIRS in source, "the reference of 09_fix_partial_rotary changed; update this test"
-    return source.replace(INTERLEAVED_PAIRS, HALF_PAIRS)
-
-
-def test_gpt_neox_rotate_half_layout_is_a_convention_and_gets_full_marks():
-    """GPT-NeoX pairs the rotated channels (i, i + rotary_dim/2): a faithful port of it is right, on the
+def test_gpt_neox_rotate_half_fix_is_a_convention_and_gets_full_marks():
+    """GPT-NeoX pairs the rotated channels (i, i + rotary_dim/2): a fix in that layout is right, on the
     visible cases and on hidden ones."""
-    fn = _entry("09_fix_partial_rotary", _gpt_neox_port())
-    points, max_points, feedback = _grade("09_fix_partial_rotary", fn)
-    assert points == max_points == 2, feedback
-    assert "GPT-NeoX" in feedback
-    for seed in (1, 2, 3):
+    def fn(x, positions, rotary_dim, base, port):
+        return (partial_rotary._partial_cause(x, positions, rotary_dim, base, port),
+                posenc_lesson.apply_rope(x, positions, base=base, rotary_dim=rotary_dim, layout="half"))
+    for seed in (0, 1, 2, 3):
         cases = partial_rotary._partial_cases(seed)
-        fraction, feedback, *_ = TASKS["09_fix_partial_rotary"].judge([fn(*c) for c in cases], cases)
-        assert fraction == 1.0, (seed, feedback)
+        judged = TASKS["09_fix_partial_rotary"].judge([fn(*c) for c in cases], cases)
+        assert judged.fraction == 1.0, (seed, judged)
+        assert "GPT-NeoX" in judged.feedback
 
 
-@pytest.mark.parametrize(("old", "new", "diagnosis"), [
-    ("/ rotary_dim)", "/ x.shape[-1])", "the exponent uses Dh"),
-    ("return torch.cat((turned, rest), dim=-1)", "return turned", "only the rotated channels"),
-    ("a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, -a * sin + b * cos", "wrong way"),
-], ids=["exponent", "pass-through dropped", "flipped"])
-def test_a_mistake_in_gpt_neox_layout_is_named_as_in_the_interleaved_one(old, new, diagnosis):
-    source = _gpt_neox_port()
-    assert old in source
-    fn = _entry("09_fix_partial_rotary", source.replace(old, new))
-    points, _, feedback = _grade("09_fix_partial_rotary", fn)
-    assert points == 0
-    assert diagnosis in feedback and "Hint:" in feedback, feedback
+@pytest.mark.parametrize(("truth", "answer", "mistake"), [
+    ("correct", "base_ignored", "context_extension.partial_right_port_flagged"),
+    ("exponent_over_head_dim", "correct", "context_extension.partial_bug_missed"),
+    ("every_channel_rotated", "exponent_over_head_dim", "context_extension.partial_pass_through_missed"),
+    ("rotation_reversed", "every_channel_rotated", "context_extension.partial_pass_through_blamed"),
+    ("rotation_reversed", "base_ignored", "context_extension.partial_direction_missed"),
+    ("base_ignored", "rotation_reversed", "context_extension.partial_speed_read_as_direction"),
+    ("base_ignored", "exponent_over_head_dim", "context_extension.partial_frequency_bugs_confused"),
+    ("correct", "Correct", "context_extension.partial_not_a_cause"),
+])
+def test_a_wrong_cause_is_named_by_the_reasoning_it_reveals(truth, answer, mistake):
+    """One wrong cause, the fixes right: that case earns half its share, and the id says what it shows."""
+    cases = partial_rotary._partial_cases(0)
+    truths = _partial_truths(cases)
+    outputs = [(answer if t == truth else t, partial_rotary._partial_ref(*c[:4])) for t, c in
+               zip(truths, cases, strict=True)]
+    judged = TASKS["09_fix_partial_rotary"].judge(outputs, cases)
+    assert judged.fraction == pytest.approx(1 - 0.5 / len(cases)) and judged.mistake == mistake, judged
+    assert "Hint:" in judged.feedback
 
 
-def test_the_shown_buggy_partial_rotary_scores_zero_with_its_diagnosis():
-    buggy = _namespace("09_fix_partial_rotary")["partial_rope_buggy"]
-    points, _, feedback = _grade("09_fix_partial_rotary", buggy)
-    assert points == 0
-    assert "the exponent uses Dh" in feedback
+def test_every_cause_once_per_seed_and_each_case_tells_them_apart():
+    for seed in range(0, 12):
+        cases = partial_rotary._partial_cases(seed)
+        assert sorted(_partial_truths(cases)) == sorted(partial_rotary.PARTIAL_CAUSES)
+        for x, _, rotary_dim, base, port in cases:
+            assert base != 10_000.0 and 4 <= rotary_dim < x.shape[-1] and port.shape == x.shape
+
+
+def test_the_statement_names_the_causes_not_the_right_exponent():
+    statement = _cells()["09_fix_partial_rotary_task"]
+    for cause in partial_rotary.PARTIAL_CAUSES:
+        assert f'`"{cause}"`' in statement
+    for giveaway in ("rotary_dim)}", "2i/\\text{rotary", "over the rotated width", "wrong frequencies"):
+        assert giveaway not in statement, giveaway
 
 
 @pytest.mark.parametrize("cheat", [
     # the library's scaling, the private helper behind it, and a model's rope path to it
-    ("09_yarn_frequencies", "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
-     "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, method='yarn', factor=factor, "
-     "original_max_len=original_max_len)[0]"),
-    ("09_yarn_frequencies", "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
-     "    m = posenc_lesson.TinyDecoder(5, d_model=head_dim, num_heads=1, num_layers=1)\n"
-     "    m.set_rope_scaling('yarn', factor=factor, original_max_len=original_max_len)\n"
-     "    return m.blocks[0].attn.rope_arguments(1)['frequencies']"),
+    ("09_yarn_original_length", "def yarn_original_length(inv_freq, head_dim, factor, base):\n"
+     "    f = lambda t: posenc_lesson.scaled_rope_frequencies(head_dim, base=base, method='yarn', "
+     "factor=factor, original_max_len=t, truncate=False)[0]\n"
+     "    return min(range(200, 70000, 100), key=lambda t: float((f(t) - inv_freq).abs().sum()))"),
+    ("09_yarn_original_length", "from posenc_lesson.tasks.context_extension import _length_ref\n"
+     "def yarn_original_length(inv_freq, head_dim, factor, base):\n"
+     "    return _length_ref(inv_freq, head_dim, factor, base)"),
     ("09_pi_frequencies", "def pi_frequencies(head_dim, factor, base=10000.0):\n"
      "    return posenc_lesson.rope_frequencies(head_dim, base) / factor"),
     # the grader's own truth for a port, and the rotation matrix with the rotated width
     ("09_diagnose_yarn_port", "from posenc_lesson.tasks.scaling_design import _port_bug\n"
      "def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):\n"
      "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
-    ("09_fix_partial_rotary", "def partial_rope_fixed(x, positions, rotary_dim):\n"
-     "    mats = torch.stack([posenc_lesson.rope_rotation_matrix(int(m), rotary_dim) for m in positions])\n"
+    ("09_fix_partial_rotary", "def diagnose_partial_rotary(x, positions, rotary_dim, base, port_output):\n"
+     "    mats = torch.stack([posenc_lesson.rope_rotation_matrix(int(m), rotary_dim, base)\n"
+     "                        for m in positions])\n"
      "    turned = (mats.double() @ x[..., :rotary_dim].double().unsqueeze(-1)).squeeze(-1)\n"
-     "    return torch.cat((turned, x[..., rotary_dim:].double()), dim=-1)"),
+     "    return 'correct', torch.cat((turned, x[..., rotary_dim:].double()), dim=-1)"),
 ], ids=lambda c: c[0])
 def test_answers_that_call_the_library_score_zero(cheat):
     task_id, source = cheat
@@ -251,9 +237,9 @@ def test_answers_that_call_the_library_score_zero(cheat):
 
 
 def test_allowed_rope_frequencies_does_not_count_as_cheating():
-    source = _reference("09_yarn_frequencies")
+    source = _reference("09_yarn_original_length")
     assert "rope_frequencies(" in source
-    points, max_points, _ = _grade("09_yarn_frequencies", _entry("09_yarn_frequencies", source))
+    points, max_points, _ = _grade("09_yarn_original_length", _entry("09_yarn_original_length", source))
     assert points == max_points
 
 
@@ -305,43 +291,43 @@ def test_hidden_inputs_keep_the_stated_constraints():
     for seed in range(1, 6):
         for case in topic._pi_cases(seed):
             assert case[0] % 2 == 0 and 4 <= case[0] <= 128 and 1 <= case[1] <= 32
-        yarn = topic._yarn_cases(seed)
-        for case in yarn:
-            assert case[0] % 8 == 0 and 16 <= case[0] <= 128 and 2 <= case[1] <= 32 and 32 <= case[2] <= 8192
-            assert case[3:] in ((), (10_000.0,), (150_000.0,), (500_000.0,))
-        assert any(case[2] < 64 * math.pi for case in yarn)  # no pair turns 32 times: the kept edge < 0
+        for inv_freq, head_dim, factor, base in topic._length_cases(seed):
+            assert head_dim in (16, 32, 64, 128) and 2 <= factor <= 32 and inv_freq.dtype == torch.float32
+            length = float(topic._length_ref(inv_freq, head_dim, factor, base))
+            assert 256 <= length <= 65_536 and topic._length_case_ok(head_dim, base, round(length))
         ports = scaling_design._port_cases(seed)
         assert sorted(scaling_design._port_bug(*c) for c in ports) == sorted(scaling_design.PORT_LABELS)
         for q, k, theta, scale, port in ports:
             assert q.shape == k.shape and theta.shape == (q.shape[-1] // 2,)
             assert port.shape == (*q.shape[:-1], q.shape[-2]) and port.dtype == torch.float32
             assert 0.1 * math.log(2) + 1 <= scale <= 0.1 * math.log(32) + 1  # YaRN's scale, factor 2 .. 32
-        for x, positions, rotary_dim in partial_rotary._partial_cases(seed):
+        for x, positions, rotary_dim, *_ in partial_rotary._partial_cases(seed):
             assert rotary_dim % 2 == 0 and 2 <= rotary_dim < x.shape[-1] and positions.shape == (x.shape[-2],)
 
 
-# ---- 09_yarn_frequencies: derived; gpt-oss's fractional edges are a convention -----------------
+# ---- 09_yarn_original_length: YaRN inverted; the key is the length the library's frequencies came from --
 
-def test_gpt_oss_fractional_edges_are_a_convention_and_get_full_marks():
-    """truncate=False (gpt-oss's config) keeps the edges unrounded: right, on visible and hidden cases."""
-    source = _reference("09_yarn_frequencies")
-    assert BOUNDS in source
-    fn = _entry("09_yarn_frequencies", source.replace(
-        BOUNDS, "low = max(index(32), 0)\n    high = min(index(1), head_dim - 1)"))
-    points, max_points, feedback = _grade("09_yarn_frequencies", fn)
-    assert points == max_points == 2, feedback
-    for seed in (1, 2, 3):
-        cases = topic._yarn_cases(seed)
-        outputs = [fn(*c) for c in cases]
-        assert TASKS["09_yarn_frequencies"].judge(outputs, cases).fraction == 1.0, seed
-        rounded = [topic._yarn_ref(*c) for c in cases]
-        assert not all(torch.allclose(o.float(), r) for o, r in zip(outputs, rounded, strict=True))
+def test_the_key_is_the_length_the_checkpoint_was_built_for():
+    """gpt-oss-20b's head (head_dim 64, base 150000, factor 32) was trained on 4096 tokens; every visible
+    case's key is the length its frequencies were made with."""
+    made = [4096, 2048, 32_768, 1000, 300]
+    for case, length in zip(topic._length_cases(0), made, strict=True):
+        assert float(topic._length_ref(*case)) == length
+    assert topic._length_cases(0)[0][1:] == (64, 32.0, 150_000.0)
+
+
+def test_a_rounded_and_an_unrounded_length_both_pass():
+    fn = _entry("09_yarn_original_length", _reference("09_yarn_original_length"))
+    for seed in (0, 1, 2):
+        cases = topic._length_cases(seed)
+        for answer in ([fn(*c) for c in cases], [round(fn(*c)) for c in cases]):
+            assert TASKS["09_yarn_original_length"].judge(answer, cases).fraction == 1.0, seed
 
 
 def test_the_statement_gives_the_requirement_not_the_edge_formula():
-    statement = _cells()["09_yarn_frequencies_task"]
+    statement = _cells()["09_yarn_original_length_task"]
     assert "at least 32 times" in statement and "at most once" in statement
-    for formula in ("2\\pi r", "floor", "ceil", "index(r)", "\\ln"):
+    for formula in ("2\\pi r", "floor", "ceil", "index(r)", "\\ln", "32 \\cdot"):
         assert formula not in statement, formula
 
 
@@ -401,21 +387,30 @@ def test_a_constant_label_earns_one_case_in_six():
 # ---- 09_design_scaling: a setting judged by the frequencies it gives ---------------------------
 
 @pytest.mark.parametrize(("answer", "mistake"), [
-    ("{'method': 'llama3', 'factor': target_len / original_max_len}", None),
-    ("{'method': 'yarn', 'factor': target_len / original_max_len, 'beta_fast': 4.0}", None),
+    ("{'method': 'llama3', 'factor': target_len / original_max_len, 'high_freq_factor': float(keep_turns)}",
+     None),
+    ("{'method': 'yarn', 'factor': target_len / original_max_len, 'beta_fast': float(keep_turns)}", None),
+    ("{'method': 'yarn', 'factor': target_len / original_max_len, 'beta_fast': float(keep_turns), "
+     "'truncate': False}", None),
+    ("{'method': 'llama3', 'factor': (target_len - 1) / original_max_len, 'high_freq_factor': keep_turns}",
+     None),
     ("{'method': 'yarn', 'factor': target_len / original_max_len}", "scaling_design.yarn_default_ramp"),
+    ("{'method': 'llama3', 'factor': target_len / original_max_len}", "scaling_design.llama3_default_split"),
     ("{'method': 'linear', 'factor': target_len / original_max_len}", "scaling_design.fast_pairs_moved"),
     ("{'method': 'ntk', 'factor': target_len / original_max_len}", "scaling_design.fast_pairs_moved"),
-    ("{'method': 'llama3', 'factor': target_len / original_max_len / 2}",
+    ("{'method': 'llama3', 'factor': target_len / original_max_len / 2, 'high_freq_factor': keep_turns}",
      "scaling_design.slow_pairs_past_their_arc"),
-    ("{'method': 'llama3', 'factor': 4 * target_len / original_max_len}", "scaling_design.factor_too_large"),
-    ("{'method': 'llama3', 'factor': 2.0, 'seq_len': 5}", "scaling_design.not_scaling_arguments"),
+    ("{'method': 'llama3', 'factor': 4 * target_len / original_max_len, 'high_freq_factor': keep_turns}",
+     "scaling_design.factor_too_large"),
+    ("{'method': 'llama3', 'factor': target_len / original_max_len, 'high_freq_factor': keep_turns, "
+     "'low_freq_factor': keep_turns / 2 + 0.5, 'seq_len': 5}", "scaling_design.not_scaling_arguments"),
     ("'llama3'", "generic.wrong_type"),
 ])
 def test_a_design_is_judged_by_the_frequencies_it_gives(answer, mistake):
-    """Two settings meet the three requirements on every case, visible and hidden; each common wrong
-    setting is named by what it breaks."""
-    source = f"def choose_scaling(head_dim, base, original_max_len, target_len):\n    return {answer}"
+    """Settings with the edge at K meet the four requirements on every case, visible and hidden; each
+    common wrong setting (a published default among them) is named by what it breaks."""
+    source = ("def choose_scaling(head_dim, base, original_max_len, target_len, keep_turns):\n"
+              f"    return {answer}")
     fn = _entry("09_design_scaling", source)
     for seed in (0, 1, 2):
         cases = scaling_design._design_cases(seed)
@@ -423,15 +418,24 @@ def test_a_design_is_judged_by_the_frequencies_it_gives(answer, mistake):
         if mistake is None:
             assert judged.fraction == 1.0, judged.feedback
         else:
-            assert judged.fraction == 0.0 and judged.mistake == mistake, judged
+            assert judged.fraction < 1.0 and judged.mistake == mistake, judged
             assert "Hint:" in judged.feedback
 
 
 def test_the_design_cases_keep_their_constraints():
     for seed in range(6):
-        for head_dim, base, t_train, target in scaling_design._design_cases(seed):
+        for head_dim, base, t_train, target, keep in scaling_design._design_cases(seed):
             assert head_dim in (64, 128) and base in (10_000.0, 500_000.0)
+            assert keep in scaling_design.KEEP_TURNS
             assert 1024 <= t_train <= 8192 and 2 <= target // t_train <= 16 and target % t_train == 0
             theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
             turns = t_train * theta / (2 * math.pi)
-            assert (turns >= 4).any() and (turns < 1).any()  # every requirement has pairs to judge
+            assert (turns >= keep).any() and ((turns >= 1) & (turns < keep)).any() and (turns < 1).any()
+
+
+def test_the_published_defaults_fail_every_visible_case():
+    """K is never 4 or 32: Llama 3.1's and YaRN's published edges must be moved, not kept."""
+    cases = scaling_design._design_cases(0)
+    for method in ("llama3", "yarn"):
+        answers = [{"method": method, "factor": c[3] / c[2]} for c in cases]
+        assert TASKS["09_design_scaling"].judge(answers, cases).fraction == 0.0

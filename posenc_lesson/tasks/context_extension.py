@@ -1,17 +1,17 @@
 """Lesson 09's tasks on scaled frequencies (exercises/09_context_extension.ipynb): position-
-interpolation frequencies (the notebook's one "implement" task), YaRN's frequencies derived from what
-the ramp must do (keep the pairs that turn 32 times or more over the training length, interpolate those
-that turn at most once; the learner finds where those pairs sit), and a concept question (reading a
-control: dynamic NTK inside the training length). The lesson's partial-rotary task, a different idea
-(which channels turn, not how fast), is in ``partial_rotary.py``; its design task (choose a scaling)
+interpolation frequencies (the notebook's one "implement" task); YaRN inverted (a checkpoint's YaRN
+frequencies -> the training length they were built for: the learner works out where YaRN's edges sit
+from what its ramp must do, then reads T_train off them); and a concept question (reading a control:
+dynamic NTK at factor 1, which is not plain RoPE past the training length). The lesson's partial-rotary
+task (which channels turn, not how fast) is in ``partial_rotary.py``; its design task (choose a scaling)
 and its diagnosis of a YaRN port (which bug explains the scores) in ``scaling_design.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, a
 fixed list of edge cases plus random ones drawn from the task's stated constraints; another
 seed draws fresh inputs of the same kind (the tasks' ``hidden`` inputs, where the registry
 takes them). The references come from the library (``scaled_rope_frequencies``), which equals Hugging
-Face's rope initialisation; YaRN's edges are right rounded outwards (Hugging Face's default) or left
-fractional (gpt-oss, ``truncate=False``): both conventions pass. The known mistakes are computed here.
+Face's rope initialisation; YaRN's frequencies here have gpt-oss's fractional edges (``truncate=False``),
+so that they fix T_train. The known mistakes are computed here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .. import rope_scaling as _scaling
 from .concepts import Misconception, choice_judge, question
-from .judges import Judged, Mistake, as_float_tensor, call, close, draw, pick, seeded, tensor_judge
+from .judges import Mistake, call, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 
@@ -117,201 +117,177 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 09_yarn_frequencies (derive): YaRN's ramp from "keep the pairs that turn many times, interpolate
-# those that never turn": the learner finds the pair index where a pair turns r times
+# 09_yarn_original_length (derive): a YaRN checkpoint's frequencies -> the training length they were built
+# for. The requirement YaRN meets (keep the pairs that turn 32 times or more over T_train, divide those that
+# turn at most once, a ramp linear in the pair index between the two edges) is given; the learner inverts it.
 # --------------------------------------------------------------------------------------
 
 BETA_FAST, BETA_SLOW = 32.0, 1.0  # the lesson's (and YaRN's) rotation counts
 
 
-def _yarn_ref(head_dim: int, factor: float, original_max_len: int, base: float = 10_000.0, *,
-              truncate: bool = True) -> Tensor:
-    """The library's YaRN, with the lesson's beta_fast = 32 and beta_slow = 1: Hugging Face's default
-    edges (truncate=True, floored / ceiled) or gpt-oss's fractional ones (truncate=False)."""
+def _yarn_theta(head_dim: int, factor: float, base: float, original_max_len: int) -> Tensor:
+    """The library's YaRN frequencies with fractional edges (gpt-oss's truncate=False). (Dh/2,) float32."""
     return _scaling.scaled_rope_frequencies(head_dim, base=base, method="yarn", factor=factor,
                                             original_max_len=original_max_len, beta_fast=BETA_FAST,
-                                            beta_slow=BETA_SLOW, truncate=truncate)[0]
+                                            beta_slow=BETA_SLOW, truncate=False)[0].float()
 
 
-def _yarn(head_dim: int, factor: float, original_max_len: int, base: float = 10_000.0, *,
-          rounded: bool = True, reverse: bool = False, two_pi: float = 2 * math.pi, swap: bool = False,
-          paper: bool = False, multiply: bool = False, per_channel: bool = False, clip: bool = True,
-          inward: bool = False, channel_ramp: bool = False) -> Tensor:
-    """YaRN's theta' in float64, with the knobs real mistakes turn. (Dh/2,)"""
-    theta = _theta(head_dim, base)  # (Dh/2,)
-    if paper:  # the ramp as the paper writes it: linear in r = T_train / lambda between 1 and 32
-        r = original_max_len * theta / (2 * math.pi)
-        gamma = ((r - BETA_SLOW) / (BETA_FAST - BETA_SLOW)).clamp(0, 1)  # 1: keep
-    else:
-        def index(turns: float) -> float:  # the pair (channel, if per_channel) that turns `turns` times
-            return head_dim * math.log(original_max_len / (turns * two_pi)) / ((1 if per_channel else 2)
-                                                                               * math.log(base))
+def _length_ref(inv_freq: Tensor, head_dim: int, factor: float, base: float) -> Tensor:
+    """The training length whose YaRN frequencies (the library's) are ``inv_freq``: a bisection over the
+    integers (theta' grows with T_train, pair by pair), then the nearer of the two ends."""
+    target = float(inv_freq.double().sum())
+    lo, hi = 1, 1 << 22
 
-        low, high = (index(BETA_SLOW), index(BETA_FAST)) if swap else (index(BETA_FAST), index(BETA_SLOW))
-        if rounded:
-            low, high = (math.ceil(low), math.floor(high)) if inward else (math.floor(low), math.ceil(high))
-        low, high = (max(low, 0) if clip else low), min(high, head_dim - 1)
-        if low == high:
-            high += 0.001
-        i = torch.arange(head_dim // 2, dtype=torch.float64) * (2 if channel_ramp else 1)  # (Dh/2,)
-        gamma = 1 - ((i - low) / (high - low)).clamp(0, 1)  # (Dh/2,) 1: keep theta
-    if reverse:
-        gamma = 1 - gamma
-    interpolated = theta * factor if multiply else theta / factor
-    return (1 - gamma) * interpolated + gamma * theta  # (Dh/2,)
+    def total(t: int) -> float:
+        return float(_yarn_theta(head_dim, factor, base, t).double().sum())
+
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if total(mid) <= target else (lo, mid)
+    best = min((lo, hi), key=lambda t: float((_yarn_theta(head_dim, factor, base, t).double()
+                                               - inv_freq.double()).abs().max()))
+    return torch.tensor(float(best), dtype=torch.float64)
 
 
-def _yarn_cases(seed: int = 0) -> list[tuple]:
-    """(head_dim, factor, original_max_len[, base]): Dh a multiple of 8 in 16 .. 128, factor 2 .. 32,
-    original_max_len 32 .. 8192 (one case under 64 pi, where no pair turns 32 times), base 10000,
-    150000 (gpt-oss) or 500000 (Llama 3)."""
+def _index(head_dim: int, base: float, length: float, turns: float) -> float:
+    """The fractional pair index that turns ``turns`` times over ``length`` tokens."""
+    return head_dim * math.log(length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+
+def _length_case(head_dim: int, factor: float, base: float, length: int) -> tuple:
+    return (_yarn_theta(head_dim, factor, base, length), head_dim, factor, base)
+
+
+def _length_case_ok(head_dim: int, base: float, length: int) -> bool:
+    """Both edges inside the head (neither clipped) and at least two pairs strictly on the ramp."""
+    low, high = _index(head_dim, base, length, BETA_FAST), _index(head_dim, base, length, BETA_SLOW)
+    inside = [i for i in range(head_dim // 2) if low + 0.05 < i < high - 0.05]
+    return low > 0.05 and high < head_dim // 2 - 1 and len(inside) >= 2
+
+
+def _length_cases(seed: int = 0) -> list[tuple]:
+    """(inv_freq (Dh/2,) float32, head_dim, factor, base): gpt-oss's head first (head_dim 64, base 150000,
+    factor 32, trained on 4096); hidden: Dh 16 .. 128, base 10^4 .. 10^6, factor 2 .. 32, T_train drawn
+    log-uniformly in 256 .. 65536 such that neither edge is clipped."""
     if seed == 0:
-        return [(128, 8.0, 4096), (64, 16.0, 2048), (16, 4.0, 34), (128, 4.0, 8192, 500_000.0),
-                (64, 32.0, 4096, 150_000.0), (32, 2.0, 512)]
+        specs = [(64, 32.0, 150_000.0, 4096), (128, 8.0, 10_000.0, 2048), (128, 4.0, 1_000_000.0, 32_768),
+                 (32, 16.0, 500_000.0, 1000), (16, 4.0, 10_000.0, 300)]
+        return [_length_case(*spec) for spec in specs]
     g = seeded(910 + seed)
-    cases = []
-    for k in range(5):
-        head_dim, factor = 8 * draw(g, 2, 16), _uniform(g, 2.0, 32.0)
-        length = draw(g, 32, 200) if k == 2 else draw(g, 201, 8192)
-        cases.append((head_dim, factor, length) if k % 2 else
-                     (head_dim, factor, length, pick(g, (10_000.0, 150_000.0, 500_000.0))))
+    cases: list[tuple] = []
+    while len(cases) < 5:
+        head_dim, base = pick(g, (16, 32, 64, 128)), pick(g, (10_000.0, 150_000.0, 500_000.0, 1_000_000.0))
+        length = round(256 * 256 ** float(torch.rand((), generator=g)))
+        if _length_case_ok(head_dim, base, length):
+            cases.append(_length_case(head_dim, _uniform(g, 2.0, 32.0), base, length))
     return cases
 
 
-def _both_conventions(**knobs: bool) -> list[Callable[..., Tensor]]:
-    """The mistake with rounded edges, and with fractional ones as the judge sees them: where it is
-    invisible with fractional edges (e.g. no clip needed), that answer is right, judged as the reference."""
-    def fractional(*c: object) -> Tensor:
-        out = _yarn(*c, rounded=False, **knobs)
-        return _yarn_ref(*c).double() if close(out, _yarn_ref(*c, truncate=False)) else out
-    return [lambda *c: _yarn(*c, **knobs), fractional]
+def _from_truth(f: Callable[..., float]) -> Callable[..., Tensor]:
+    """A wrong answer computed from the true length: f(T, head_dim, factor, base)."""
+    def wrong(inv_freq: Tensor, head_dim: int, factor: float, base: float) -> Tensor:
+        truth = float(_length_ref(inv_freq, head_dim, factor, base))
+        return torch.tensor(float(f(truth, head_dim, factor, base)), dtype=torch.float64)
+    return wrong
 
 
-def _yarn_mistake(knobs: dict, diagnosis: str, hint: str, id: str) -> list[Mistake]:
-    """One mistake, made with Hugging Face's rounded edges and with gpt-oss's fractional ones."""
-    return [Mistake(f, diagnosis, hint, id=id) for f in _both_conventions(**knobs)]
-
-
-_EDGE = "index(r) = Dh ln(T_train / (2 pi r)) / (2 ln base)"
-_YARN_MISTAKES = [
-    *_yarn_mistake(dict(reverse=True),
-                   "the ramp is reversed: your fast pairs (many turns over original_max_len) are "
-                   "interpolated and your slow pairs kept. YaRN keeps the pairs that turn many times over "
-                   "the training length and divides the slow ones.",
-                   "the ramp is 0 (keep theta_i) on the fast side and 1 (theta_i / factor) on the slow side.",
-                   id="context_extension.yarn_ramp_reversed"),
-    *_yarn_mistake(dict(two_pi=1.0),
-                   "you counted radians, not turns: your edges treat T_train theta_i (the angle) as the "
-                   "number of turns, i.e. 1 / theta_i as the tokens per turn. A pair turns once every "
-                   "lambda_i = 2 pi / theta_i tokens.",
-                   f"the pair that turns r times over T_train has lambda = T_train / r; {_EDGE}.",
-                   id="context_extension.yarn_wavelength_as_frequency"),
-    *_yarn_mistake(dict(per_channel=True),
-                   "your edges are twice too far: you solved theta = base^(-i/Dh) (or for the channel "
-                   "index 2i) instead of theta_i = base^(-2i/Dh) for the pair index i.",
-                   f"take logs of 2 pi base^(2i/Dh) = T_train / r and solve for i: {_EDGE}.",
-                   id="context_extension.yarn_edges_of_channels"),
-    *_yarn_mistake(dict(channel_ramp=True),
-                   "your ramp runs over the channel index 2i while the edges are pair indices: the ramp "
-                   "reaches the interpolated side twice too early.",
-                   "ramp_i = clamp((i - low) / (high - low), 0, 1) with the pair index i = 0 .. Dh/2 - 1.",
-                   id="context_extension.yarn_ramp_over_channels"),
-    *_yarn_mistake(dict(swap=True),
-                   "the edges are swapped: the kept edge must come from the pair that turns 32 times, the "
-                   "interpolated edge from the pair that turns once.",
-                   "index(r) falls as r grows: index(32) < index(1).",
-                   id="context_extension.yarn_betas_swapped"),
-    *_yarn_mistake(dict(clip=False),
-                   "your ramp starts before pair 0: when no pair turns 32 times the kept edge is negative, "
-                   "and the checkpoints' code moves it to 0, so pair 0 keeps theta_0.",
-                   "low = max(low, 0).", id="context_extension.yarn_low_not_clipped"),
-    Mistake(lambda *c: _yarn(*c, inward=True),
-            "you rounded the edges inwards (the kept edge up, the interpolated edge down): pairs that "
-            "turn between 1 and 32 times get no share of the ramp at its ends. The checkpoints' code "
-            "rounds outwards (floor, ceil) or not at all.",
-            "low = floor(index(32)), high = ceil(index(1)); or keep both fractional.",
-            id="context_extension.yarn_rounded_inward"),
-    Mistake(lambda *c: _yarn(*c, paper=True),
-            "you ramped linearly in the number of turns r = T_train / lambda_i, as the paper writes it; "
-            "the statement (and the code every YaRN checkpoint runs with) ramps linearly in the pair "
-            "index i between the two edges.",
-            "ramp_i = clamp((i - low) / (high - low), 0, 1) over i = 0 .. Dh/2 - 1.",
-            id="context_extension.yarn_ramp_of_the_paper"),
-    *_yarn_mistake(dict(multiply=True),
-                   "your interpolated pairs are multiplied by the factor; interpolation divides them.",
-                   "the slow pairs get theta_i / factor.", id="context_extension.yarn_multiplied"),
-    Mistake(lambda dh, s, length, *b: _theta(dh, _base_of(b)) / s,
-            "every pair is divided by the factor: that is position interpolation. YaRN keeps the fast "
-            "pairs and ramps between the two.",
-            "find the edges, then the ramp, then mix theta_i / factor and theta_i.",
-            id="context_extension.yarn_is_pi"),
+_LENGTH_MISTAKES = [
+    Mistake(_from_truth(lambda t, *_: t / (2 * math.pi)),
+            "you counted radians, not turns: a pair turns T_train theta_i / (2 pi) times over the training "
+            "length, not T_train theta_i times.",
+            "a pair turns once every lambda_i = 2 pi / theta_i tokens.",
+            id="context_extension.yarn_length_radians"),
+    Mistake(_from_truth(lambda t, *_: math.sqrt(2 * math.pi * BETA_FAST * t)),
+            "your exponent is half RoPE's: you read the edge's speed as base^(-i/Dh), not base^(-2i/Dh) for "
+            "the pair index i.", "theta_i = base^(-2i/Dh), i = 0 .. Dh/2 - 1.",
+            id="context_extension.yarn_length_channel_exponent"),
+    *(Mistake(_from_truth(f),
+              "you paired the edges with the wrong rotation counts: the kept edge is where a pair turns 32 "
+              "times over T_train, the interpolated edge where it turns once.",
+              "which edge has the faster pairs?", id="context_extension.yarn_length_betas_swapped")
+      for f in (lambda t, *_: t / BETA_FAST, lambda t, *_: t * BETA_FAST)),
+    Mistake(_from_truth(lambda t, d, s, b: s * t),
+            "you returned the extended context, factor * T_train; the question is the length the model was "
+            "trained on.", "the edges depend on T_train only.",
+            id="context_extension.yarn_length_is_extended"),
+    Mistake(_from_truth(lambda t, d, s, b: t * b ** (2 / d)),
+            "off by one pair: your edge counts pairs from 1, but pair 0 is the one that turns at 1 "
+            "radian per token.", "pairs are 0-based, theta_0 = 1.",
+            id="context_extension.yarn_length_one_based"),
+    Mistake(_from_truth(lambda t, d, s, b: _index(d, b, t, BETA_FAST)),
+            "you returned the kept edge (a pair index), not the training length it stands for.",
+            "which T_train makes the pair at that index turn exactly 32 times?",
+            id="context_extension.yarn_length_returned_edge"),
 ]
-_YARN_JUDGE = tensor_judge(_yarn_ref, _YARN_MISTAKES, ("head_dim", "factor", "original_max_len", "base"),
-                           "a pair that turns r times over T_train has wavelength T_train / r; find the pair "
-                           "index of r = 32 and of r = 1, ramp linearly in i between them, then mix: "
-                           "theta'_i = (1 - ramp_i) theta_i + ramp_i theta_i / factor.")
-
-
-def _yarn_either_edges(outputs: list, cases: list) -> Judged:
-    """A case right with gpt-oss's fractional edges is right (a convention): it is judged as if it had
-    given Hugging Face's rounded ones; everything else by the judge of the rounded reference."""
-    same = [_yarn_ref(*case) if close(as_float_tensor(out), _yarn_ref(*case, truncate=False)) else out
-            for out, case in zip(outputs, cases, strict=True)]
-    return _YARN_JUDGE(same, cases)
-
-
-for _name in ("mistakes", "known", "reference"):
-    setattr(_yarn_either_edges, _name, getattr(_YARN_JUDGE, _name))
 
 register(Task(
-    id="09_yarn_frequencies",
+    id="09_yarn_original_length",
     kind="derive",
-    title="Derive YaRN's ramp from which pairs it keeps",
+    title="Derive a YaRN checkpoint's training length from its frequencies",
     points=2,
-    entry="yarn_frequencies",
-    forbidden=SCALING_FORBIDDEN,
-    cases=_yarn_cases,
-    hidden=_yarn_cases,
+    entry="yarn_original_length",
+    forbidden=SCALING_FORBIDDEN + ("posenc_lesson.tasks.context_extension._length_ref",
+                                   "posenc_lesson.tasks.context_extension._yarn_theta"),
+    cases=_length_cases,
+    hidden=_length_cases,
     allowed=("posenc_lesson.rope_frequencies",),
     run=call,
-    judge=_yarn_either_edges,
+    judge=tensor_judge(_length_ref, _LENGTH_MISTAKES, ("inv_freq", "head_dim", "factor", "base"),
+                       "the training length T_train (a number, within 0.01 %) for which YaRN, with these "
+                       "settings, gives exactly these frequencies."),
 ))
 
 
 # ---- Concept question (concepts.py): the answer from the library's scaled frequencies ----------
 
-def _dynamic_in_range(t_train: int = 34, head_dim: int = 16, factor: float = 4.0) -> str:
-    """What dynamic NTK does to every input of at most t_train tokens: "baseline" if its theta is plain
-    RoPE's at every such length, "changed" otherwise."""
+def _dynamic_factor_one(t_train: int = 34, head_dim: int = 16, longest: int = 130) -> str:
+    """What dynamic NTK with factor 1 does on inputs of 1 .. ``longest`` tokens, read off the library:
+    "baseline" (plain RoPE at every length), "ntk_past_train" (plain RoPE up to t_train, past it NTK's base
+    change for s_l = l / t_train), "pi_past_train" (every pair divided by l / t_train past it), "other"."""
     plain = _theta(head_dim)  # (Dh/2,)
 
     def dynamic(t: int) -> Tensor:
-        return _scaling.scaled_rope_frequencies(head_dim, method="dynamic", factor=factor,
-                                                original_max_len=t_train, seq_len=t)[0].double()
+        theta, scale = _scaling.scaled_rope_frequencies(head_dim, method="dynamic", factor=1.0,
+                                                        original_max_len=t_train, seq_len=t)
+        assert scale == 1.0  # dynamic NTK has no attention scale
+        return theta.double()
 
-    same = all(torch.allclose(dynamic(t), plain, rtol=1e-6, atol=0.0) for t in range(1, t_train + 1))
-    return "baseline" if same else "changed"
+    def same(a: Tensor, b: Tensor) -> bool:
+        return torch.allclose(a, b, rtol=1e-6, atol=0.0)
+
+    if all(same(dynamic(t), plain) for t in range(1, longest + 1)):
+        return "baseline"
+    if not all(same(dynamic(t), plain) for t in range(1, t_train + 1)):
+        return "other"
+    past = range(t_train + 1, longest + 1)
+    if all(same(dynamic(t), _theta(head_dim, 10_000.0 * (t / t_train) ** (head_dim / (head_dim - 2))))
+           for t in past):
+        return "ntk_past_train"
+    if all(same(dynamic(t), plain * t_train / t) for t in past):
+        return "pi_past_train"
+    return "other"
 
 
 _DYNAMIC_MISCONCEPTIONS = [
-    Misconception("a", "you count a condition that cannot differ from the baseline as evidence: inside the "
-                  "training length the model under dynamic NTK is the same model as under plain RoPE.",
-                  "what are dynamic NTK's frequencies for an input of at most T_train tokens?",
-                  id="context_extension.dynamic_counted_as_evidence"),
+    Misconception("a", "you took factor 1 for 'no scaling': dynamic NTK's scale follows the input, "
+                  "s_l = s l / T_train - (s - 1), and at s = 1 that is l / T_train, above 1 for every input "
+                  "longer than the training length.",
+                  "compute dynamic NTK's frequencies at factor 1 for an input of 2 T_train tokens.",
+                  id="context_extension.dynamic_factor_one_is_off"),
     Misconception("c", "dynamic NTK has no attention temperature: that is YaRN's; dynamic NTK only changes "
                   "the base, and only for inputs longer than the training length.",
                   "which method multiplies q and k by 0.1 ln s + 1?",
                   id="context_extension.dynamic_has_temperature"),
-    Misconception("d", "dynamic NTK divides the slow pairs only once the input is longer than the training "
-                  "length; on these copies it divides nothing.",
-                  "compute its scale s_l for l <= T_train.",
-                  id="context_extension.dynamic_interpolates_in_range"),
+    Misconception("d", "dynamic NTK changes the base, it does not divide every pair: pair 0 keeps 1 radian "
+                  "per token at every length, and only the slowest pair is divided by the full s_l.",
+                  "compare its theta_0 and its theta_last with plain RoPE's at l = 2 T_train.",
+                  id="context_extension.dynamic_divides_every_pair"),
 ]
 
 register(question(
-    id="09_q_dynamic_control", title="Read a control: dynamic NTK inside the training range",
+    id="09_q_dynamic_control", title="Read a control: dynamic NTK at factor 1",
     entry="answer_09_dynamic_control",
-    forbidden=("posenc_lesson.tasks.context_extension._dynamic_in_range",),
-    judge=choice_judge({"a": "evidence", "b": "baseline", "c": "temperature", "d": "slow_pairs"},
-                       _dynamic_in_range, _DYNAMIC_MISCONCEPTIONS,
+    forbidden=("posenc_lesson.tasks.context_extension._dynamic_factor_one",),
+    judge=choice_judge({"a": "baseline", "b": "ntk_past_train", "c": "temperature", "d": "pi_past_train"},
+                       _dynamic_factor_one, _DYNAMIC_MISCONCEPTIONS,
                        "dynamic NTK recomputes the base for the current length, past the training length.")))

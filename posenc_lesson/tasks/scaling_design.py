@@ -2,24 +2,24 @@
 scaling for a target length, judged by the frequencies it gives; and name the bug of a YaRN port from
 the scores it computes (``09_diagnose_yarn_port``, at the end of this file).
 
-``09_design_scaling`` hands the learner a head (head_dim, base), its training length and a target
-length, and asks for the keyword arguments of ``scaled_rope_frequencies`` (method, factor and the
-method's own settings). The grader computes the frequencies the answer gives, at the target length,
-and checks three requirements, built on what the lesson measured:
+``09_design_scaling`` hands the learner a head (head_dim, base), its training length, a target
+length and a keep threshold K (``keep_turns``, drawn per case: the pairs that must not move, as a
+measurement like lesson 09's section 1 would fix it), and asks for the keyword arguments of
+``scaled_rope_frequencies`` (method, factor and the method's own settings). The grader computes the
+frequencies the answer gives, at the target length, and checks four requirements:
 
-    kept       every pair that turns at least 4 times over the training length keeps theta_i
-               (this task's design rule, Llama 3.1's high_freq_factor = 4; lesson 09 section 1
-               measured that interpolating pair 0 alone breaks copying even in range)
+    kept       every pair that turns at least K times over the training length keeps theta_i
+    moved      every pair that turns fewer than K times is slowed: theta'_i < theta_i
     covered    every pair that never completes a turn in training (lambda_i > T_train) stays
                within the arc it saw: (target - 1) theta'_i <= T_train theta_i   (lesson 09 cell 35)
     not wasted the slowest pair still uses at least half that arc:
                (target - 1) theta'_last >= (T_train - 1) theta_last / 2
 
 No training at grading time: one call of the library per case. Several answers pass (Llama 3.1's
-scaling with the factor target / T_train; YaRN with beta_fast lowered to 4); the common settings do
-not (PI moves the fast pairs, NTK leaves slow pairs past their arc; YaRN's published default,
-beta_fast = 32, a different choice, ramps pairs that turn 4 to 32 times, which requirement 1
-excludes). Hidden cases draw the head, the base and both lengths per seed.
+scaling with high_freq_factor = K, low_freq_factor = 1 and the factor target / T_train; YaRN with
+beta_fast = K); the published settings do not (Llama 3.1's high_freq_factor = 4 and YaRN's
+beta_fast = 32 put the edge elsewhere: K is never 4 or 32 here), nor PI (moves the fast pairs) or NTK
+(leaves slow pairs past their arc). Hidden cases draw the head, the base, both lengths and K per seed.
 """
 
 from __future__ import annotations
@@ -36,47 +36,65 @@ from .context_extension import _uniform
 from .judges import draw, feedback, pick, randn, seeded
 from .registry import Judged, Task, diagnoses, is_marker, register
 
-KEEP_TURNS = 4  # pairs turning at least this often over T_train must keep theta_i
+KEEP_TURNS = (2, 3, 6, 8, 12, 16)  # K: pairs turning at least K times over T_train keep theta_i; never 4, 32
 
 
 def _theta(head_dim: int, base: float) -> Tensor:
     return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
 
 
+def _turns(head_dim: int, base: float, t_train: int) -> Tensor:
+    return t_train * _theta(head_dim, base) / (2 * math.pi)  # (Dh/2,) turns over the training length
+
+
+def _design_case_ok(head_dim: int, base: float, t_train: int, target: int, keep: int) -> bool:
+    """A pair turns between 1 and K times (so "moved" bites), and no pair turns within 0.1 % of K or 1."""
+    turns = _turns(head_dim, base, t_train)
+    return bool(((turns >= 1) & (turns < keep)).any() and ((turns / keep - 1).abs() > 1e-3).all()
+                and ((turns - 1).abs() > 1e-3).all())
+
+
 def _design_cases(seed: int = 0) -> list[tuple]:
-    """(head_dim, base, original_max_len, target_len): Dh 64 or 128, base 10000 or 500000,
-    T_train 1024 .. 8192, target 2 .. 16 times longer."""
+    """(head_dim, base, original_max_len, target_len, keep_turns): Dh 64 or 128, base 10000 or 500000,
+    T_train 1024 .. 8192, target 2 .. 16 times longer, K in KEEP_TURNS."""
     if seed == 0:
-        return [(128, 10_000.0, 4096, 32_768), (64, 10_000.0, 2048, 8192), (128, 500_000.0, 8192, 65_536)]
+        return [(128, 10_000.0, 4096, 32_768, 8), (64, 10_000.0, 2048, 8192, 2),
+                (128, 500_000.0, 8192, 65_536, 16)]
     g = seeded(970 + seed)
-    cases = []
-    for _ in range(3):
+    cases: list[tuple] = []
+    while len(cases) < 3:
         head_dim, base = pick(g, (64, 128)), pick(g, (10_000.0, 500_000.0))
         t_train = 1024 * draw(g, 1, 8)
-        cases.append((head_dim, base, t_train, t_train * draw(g, 2, 16)))
+        case = (head_dim, base, t_train, t_train * draw(g, 2, 16), pick(g, KEEP_TURNS))
+        if _design_case_ok(*case):
+            cases.append(case)
     return cases
 
 
-def _requirements(answer: dict, head_dim: int, base: float, t_train: int, target: int) -> dict[str, bool]:
-    """Which of the three requirements the answer's frequencies meet."""
+def _requirements(answer: dict, head_dim: int, base: float, t_train: int, target: int,
+                  keep: int) -> dict[str, bool]:
+    """Which of the four requirements the answer's frequencies meet."""
     theta = _theta(head_dim, base)
     new, _ = _scaling.scaled_rope_frequencies(head_dim, base=base, original_max_len=t_train, seq_len=target,
                                               **answer)
     new = new.double()  # (Dh/2,)
-    turns = t_train * theta / (2 * math.pi)  # (Dh/2,) turns over the training length
-    fast, slow = turns >= KEEP_TURNS, turns < 1
+    turns = _turns(head_dim, base, t_train)  # (Dh/2,) turns over the training length
+    fast, slow = turns >= keep, turns < 1
     return {"kept": bool(torch.allclose(new[fast], theta[fast], rtol=1e-5, atol=0.0)),
+            "moved": bool((new[~fast] < theta[~fast] * (1 - 1e-6)).all()),
             "covered": bool(((target - 1) * new[slow] <= t_train * theta[slow] * (1 + 1e-6)).all()),
             "not_wasted": bool((target - 1) * new[-1] >= (t_train - 1) * theta[-1] / 2)}
 
 
-_FIX = ("choose a method that keeps the pairs turning 4 times or more exactly, divides the pairs that never "
+_FIX = ("choose a method whose ramp starts exactly where pairs turn K times, divides the pairs that never "
         "turn once by at least target / T_train, and not much more.")
 _SAID = {
-    "kept": ("your scaling changes pairs that turn 4 times or more over the training length, which "
-             "requirement 1 keeps exactly (lesson 09 measured that interpolating the fastest pair alone "
-             "breaks copying even inside the training range).",
-             "which methods leave the fast pairs exactly as they are, and where does each one's ramp start?"),
+    "kept": ("your scaling changes pairs that turn at least keep_turns times over the training length, "
+             "which requirement 1 keeps exactly.",
+             "which setting of your method decides where the kept pairs end?"),
+    "moved": ("your scaling leaves unchanged some pairs that turn fewer than keep_turns times over the "
+              "training length: its kept side reaches too far.",
+              "which setting of your method decides where the kept pairs end?"),
     "covered": ("at the target length some pair that never completed a turn in training still turns past "
                 "the arc it saw: (target - 1) theta'_i > T_train theta_i.",
                 "the slowest pairs need theta divided by at least target / T_train."),
@@ -85,13 +103,30 @@ _SAID = {
                    "together.",
                    "a factor near target / T_train is enough."),
 }
-_IDS = {"kept": "scaling_design.fast_pairs_moved", "covered": "scaling_design.slow_pairs_past_their_arc",
+_IDS = {"kept": "scaling_design.fast_pairs_moved", "moved": "scaling_design.kept_side_too_wide",
+        "covered": "scaling_design.slow_pairs_past_their_arc",
         "not_wasted": "scaling_design.factor_too_large"}
 _YARN_DEFAULT = "scaling_design.yarn_default_ramp"
+_LLAMA_DEFAULT = "scaling_design.llama3_default_split"
 _NOT_KWARGS = "scaling_design.not_scaling_arguments"
 
 
-@diagnoses(*_IDS.values(), _YARN_DEFAULT, _NOT_KWARGS)
+def _default_edge(out: dict, keep: int) -> tuple[str, str, str] | None:
+    """A published default left in place where this case's K asks for another edge."""
+    if out.get("method") == "yarn" and out.get("beta_fast", 32.0) != keep:
+        return (_YARN_DEFAULT, "your YaRN ramp starts where a pair turns beta_fast = "
+                f"{out.get('beta_fast', 32.0):g} times (32 is the published default): this case's edge is "
+                "elsewhere.",
+                "YaRN's ramp starts where a pair turns beta_fast times.")
+    if out.get("method") == "llama3" and out.get("high_freq_factor", 4.0) != keep:
+        return (_LLAMA_DEFAULT, "your Llama 3.1 split keeps the pairs whose wavelength is below T_train / "
+                f"high_freq_factor = T_train / {out.get('high_freq_factor', 4.0):g} (4 is the published "
+                "default): this case's edge is elsewhere.",
+                "in how many turns over T_train is a wavelength of T_train / high_freq_factor?")
+    return None
+
+
+@diagnoses(*_IDS.values(), _YARN_DEFAULT, _LLAMA_DEFAULT, _NOT_KWARGS)
 def _design_judge(outputs: list, cases: list) -> Judged:
     per_case: list[str | None] = []
     first: tuple[str, str, str] | None = None
@@ -109,15 +144,12 @@ def _design_judge(outputs: list, cases: list) -> Judged:
                         "use only method, factor and the chosen method's own settings; the grader passes "
                         "head_dim, base, original_max_len and seq_len itself.")
             else:
-                broken = next((name for name in ("kept", "covered", "not_wasted") if not met[name]), None)
+                broken = next((name for name in ("kept", "moved", "covered", "not_wasted") if not met[name]),
+                              None)
                 if broken is None:
                     said = None
-                elif broken == "kept" and out.get("method") == "yarn" and out.get("beta_fast", 32.0) >= 32:
-                    said = (_YARN_DEFAULT, "YaRN's published default, beta_fast = 32, is a different "
-                            "choice from this task's: it partly interpolates every pair that turns "
-                            "between 4 and 32 times over the training length, which requirement 1 "
-                            "excludes.",
-                            "YaRN's ramp starts where a pair turns beta_fast times.")
+                elif broken in ("kept", "moved") and _default_edge(out, case[-1]) is not None:
+                    said = _default_edge(out, case[-1])
                 else:
                     said = (_IDS[broken], *_SAID[broken])
         per_case.append(said[0] if said else None)
@@ -125,7 +157,7 @@ def _design_judge(outputs: list, cases: list) -> Judged:
             first = said
     passed = per_case.count(None)
     if first is None:
-        return Judged(1.0, f"passed: your setting meets all three requirements in all {len(cases)} cases.",
+        return Judged(1.0, f"passed: your setting meets all four requirements in all {len(cases)} cases.",
                       None, per_case)
     return Judged(passed / len(cases), feedback(first[1], first[2]), first[0], per_case)
 
