@@ -228,10 +228,7 @@ def test_learned_table_without_the_length_check_earns_partial_credit():
 
 # the buggy code each find-the-bug task shows, and what the check must say about it
 BUGGY = [
-    ("01_fix_softmax_axis", "attention_weights_buggy", "axis 1"),
-    ("05_fix_t5_bucket", "t5_bucket_buggy", "i - j (query minus key)"),
     ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
-    ("07_fix_slopes", "get_slopes_buggy", "off by one"),
 ]
 
 
@@ -249,8 +246,9 @@ def test_the_shown_buggy_code_scores_zero_with_its_diagnosis(task_id, buggy, dia
 CHEATS = {
     "01_attention": ("def attention(q, k, v):\n"
                      "    return posenc_lesson.scaled_dot_product_attention(q, k, v)[0]"),
-    "01_fix_softmax_axis": ("def attention_weights(q, k):\n"
-                            "    return torch.nn.functional.scaled_dot_product_attention(q, k, k)"),
+    "01_fix_softmax_axis": ("def weights_bug(q, k, weights):\n"
+                            "    torch.nn.functional.scaled_dot_product_attention(q, k, k)\n"
+                            "    return 'softmax_axis_1'"),
     "02_sinusoidal_table": ("def sinusoidal_table(max_len, d_model):\n"
                             "    return posenc_lesson.get_sinusoidal_encoding(max_len, d_model)[0]"),
     "02_wavelengths": ("from posenc_lesson import sinusoidal_wavelengths\n"
@@ -285,12 +283,9 @@ CHEATS = {
                      "    return posenc_lesson.t5_relative_position_bucket(relative_position, "
                      "bidirectional=bidirectional,\n"
                      "        num_buckets=num_buckets, max_distance=max_distance)"),
-    "05_fix_t5_bucket": ("from posenc_lesson.relative import t5_relative_position_bucket as bucket\n"
-                         "def t5_bucket_fixed(relative_position, bidirectional=True, num_buckets=32, "
-                         "max_distance=128):\n"
-                         "    return bucket(relative_position, bidirectional=bidirectional, "
-                         "num_buckets=num_buckets,\n"
-                         "                  max_distance=max_distance)"),
+    "05_fix_t5_bucket": ("def t5_port_bug(rel, bidirectional, num_buckets, max_distance, buckets):\n"
+                         "    posenc_lesson.T5RelativePositionBias(1, bidirectional=bidirectional)\n"
+                         "    return 'sign_flipped'"),
     "06_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
                                   "def apply_rope_interleaved(x, positions):\n"
                                   "    return apply_rope(x, positions)"),
@@ -307,7 +302,6 @@ CHEATS = {
                        "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
     "07_alibi_slopes": ("def get_slopes(num_heads):\n"
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
-    "07_fix_slopes": "def get_slopes_fixed(n):\n    return alibi_slopes(n)",
     "07_chunk_bias": ("from posenc_lesson.tasks.alibi import _chunk_bias\n"
                       "def chunk_bias(num_heads, num_queries, num_keys):\n"
                       "    return _chunk_bias(num_heads, num_queries, num_keys)"),
@@ -342,14 +336,15 @@ CHEATS = {
     "09_pi_frequencies": ("def pi_frequencies(head_dim, factor, base=10000.0):\n"
                           "    return posenc_lesson.scaled_rope_frequencies(head_dim, base=base, "
                           "method='linear', factor=factor, original_max_len=1)[0]"),
-    "09_yarn_frequencies": ("from posenc_lesson.rope_scaling import _yarn\n"
-                            "def yarn_frequencies(head_dim, factor, original_max_len, base=10000.0):\n"
-                            "    return _yarn(head_dim, base, factor, original_max_len, 32.0, 1.0)[0]"),
+    "09_yarn_original_length": ("from posenc_lesson.tasks.context_extension import _length_ref\n"
+                                "def yarn_original_length(inv_freq, head_dim, factor, base):\n"
+                                "    return _length_ref(inv_freq, head_dim, factor, base)"),
     "09_diagnose_yarn_port": ("from posenc_lesson.tasks.scaling_design import _port_bug\n"
                               "def diagnose_yarn_port(q, k, theta, attention_scale, port_scores):\n"
                               "    return _port_bug(q, k, theta, attention_scale, port_scores)"),
-    "09_fix_partial_rotary": ("def partial_rope_fixed(x, positions, rotary_dim):\n"
-                              "    return posenc_lesson.apply_rope(x, positions, rotary_dim=rotary_dim)"),
+    "09_fix_partial_rotary": ("def diagnose_partial_rotary(x, positions, rotary_dim, base, port_output):\n"
+                              "    return 'correct', posenc_lesson.apply_rope(x, positions, base=base,\n"
+                              "                                               rotary_dim=rotary_dim)"),
     "06_which_pair": ("from posenc_lesson.tasks.rope_questions import _which_pair_ref\n"
                       "def which_pair(scores, head_dim, base):\n"
                       "    return int(_which_pair_ref(scores, head_dim, base))"),
@@ -357,9 +352,10 @@ CHEATS = {
                         "def slope_recipe(bias):\n"
                         "    return _recipe_truth(bias)"),
     "09_design_scaling": ("from posenc_lesson.tasks.scaling_design import _requirements\n"
-                          "def choose_scaling(head_dim, base, original_max_len, target_len):\n"
+                          "def choose_scaling(head_dim, base, original_max_len, target_len, keep_turns):\n"
                           "    answer = {'method': 'llama3', 'factor': target_len / original_max_len}\n"
-                          "    met = _requirements(answer, head_dim, base, original_max_len, target_len)\n"
+                          "    met = _requirements(answer, head_dim, base, original_max_len, target_len,\n"
+                          "                        keep_turns)\n"
                           "    assert all(met.values())\n"
                           "    return answer"),
     "10_bits_per_byte": ("from posenc_lesson.lab.lm_corpus import bits_per_byte as _bpb\n"
@@ -373,7 +369,7 @@ CHEATS = {
                               "    n = math.pi / theta[theta * (train_length - 1) < math.pi][0].item()\n"
                               "    return bin_size * (math.floor(n / bin_size) + 1)"),
     "10_fix_window_mean": ("from posenc_lesson.lab.lm_corpus import window_plan\n"
-                           "def window_bpb_fixed(losses, *args):\n"
+                           "def diagnose_window_mean(losses, *args):\n"
                            "    return float(len(window_plan(losses.shape[-1], 1)))"),
     "11_sincos_2d": ("def sincos_2d_table(grid_h, grid_w, d_model):\n"
                      "    return posenc_lesson.sincos_2d(grid_h, grid_w, d_model)"),
@@ -389,9 +385,9 @@ CHEATS = {
         "def gemma3_layer_frequencies(config):\n"
         "    spec = posenc_lesson.describe_positions(config)\n"
         "    return torch.stack([spec.inv_freq(i) for i in range(spec.num_layers)])"),
-    "12_left_pad_positions": ("from posenc_lesson.tasks.field_guide import _pad_ref\n"
-                              "def left_pad_positions(mask):\n"
-                              "    return _pad_ref(mask)"),
+    "12_diagnose_pad_positions": ("from posenc_lesson.tasks.field_guide import _pad_cause, _pad_ref\n"
+                                  "def diagnose_pad_positions(mask, observed):\n"
+                                  "    return _pad_cause(mask, observed), _pad_ref(mask)"),
     "12_longrope_frequencies": (
         "def longrope_frequencies(head_dim, base, short_factor, long_factor, original_max_len, seq_len):\n"
         "    return posenc_lesson.scaled_rope_frequencies(\n"

@@ -1,10 +1,10 @@
 """Lesson 12's graded tasks (posenc_lesson/tasks/field_guide*.py).
 
-12_left_pad_positions: only the real tokens' positions are graded. What a pad holds is a convention
-the mask hides: transformers' generate once filled pads with 1, 5.24 fills them with 0
-(generation/utils.py, _prepare_position_ids_for_generation), lesson 12's positions_for clamps them to
-0, a bare cumsum - 1 leaves -1. None of these may cost a point (review 12.3); the mistakes on real
-tokens are still named.
+12_diagnose_pad_positions (diagnose): a left-padded batch and one decoded token; each of four bugs once
+per seed, told apart by its ids; the cause and the fix half a share each. Only the real tokens' ids
+are graded: what a pad holds is a convention the mask hides (transformers' generate once filled pads
+with 1, 5.24 fills them with 0; lesson 12's positions_for clamps them to 0, a bare cumsum - 1 leaves
+-1), and none of these may cost a point (review 12.3).
 
 12_gemma3_layer_frequencies (read): Gemma 3 12B's, 1B's and 4B's config.json, hidden ones with their
 real position keys; judged against describe_positions; every misreading named.
@@ -25,8 +25,17 @@ from posenc_lesson.tasks import registry as tasks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TASK = "12_left_pad_positions"
+TASK = "12_diagnose_pad_positions"
 SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "12_field_guide.ipynb"
+
+
+def _solution(task_id):
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source
+             for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
+    ns: dict = {}
+    exec(cells["setup"], ns)
+    exec(cells[task_id], ns)
+    return ns[TASKS[task_id].entry]
 
 
 def _counted(mask):
@@ -43,46 +52,84 @@ PAD_CONVENTIONS = {
 }
 
 
+def _pad_answer(ids, cause=None):
+    """An answer naming the solution's cause (or ``cause``) and returning ``ids(mask)``."""
+    solution = _solution(TASK)
+    return lambda mask, observed: (cause or solution(mask, observed)[0], ids(mask))
+
+
 @pytest.mark.parametrize("name", list(PAD_CONVENTIONS))
 def test_no_pad_value_is_graded_as_a_mistake(name):
-    result = assess(TASK, outputs_of(TASK, PAD_CONVENTIONS[name]))
+    result = assess(TASK, outputs_of(TASK, _pad_answer(PAD_CONVENTIONS[name])))
     assert result.points == result.max_points, (name, result.feedback)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 7, 123])
 def test_every_pad_convention_passes_on_hidden_cases_too(seed):
     cases = tasks.hidden_cases(TASK, seed)
-    for name, fn in PAD_CONVENTIONS.items():
-        result = assess(TASK, [fn(*case) for case in cases], cases)
+    for name, ids in PAD_CONVENTIONS.items():
+        result = assess(TASK, [_pad_answer(ids)(*case) for case in cases], cases)
         assert result.points == result.max_points, (seed, name, result.feedback)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7, 123])
+def test_every_bug_once_each_telling_and_the_solution_passes(seed):
+    from posenc_lesson.lab.field_bugs import positions_from_mask
+    from posenc_lesson.tasks.field_guide import PAD_CAUSES, _pad_cause
+
+    cases = TASKS[TASK].cases() if seed == 0 else tasks.hidden_cases(TASK, seed)
+    assert sorted(_pad_cause(*case) for case in cases) == sorted(PAD_CAUSES)
+    for mask, observed in cases:
+        assert bool((mask[:, -1] == 1).all()) and bool((mask[:, :-1].sum(-1) >= 1).all())
+        assert bool((mask == 0).any())  # a padded row: every bug shows
+        assert not torch.equal(observed.masked_fill(mask == 0, 0), positions_from_mask(mask))
+    fn = _solution(TASK)
+    result = assess(TASK, [fn(*case) for case in cases], cases)
+    assert result.points == result.max_points, (seed, result.feedback)
 
 
 @pytest.mark.parametrize(("wrong", "mistake_id"), [
     (lambda m: torch.arange(m.shape[1]).expand(m.shape).clone(), "field_guide.pad_mask_blind"),
     (lambda m: m.long().cumsum(-1), "field_guide.pad_off_by_one"),
     (lambda m: m.long().cumsum(-1).masked_fill(m == 0, 1), "field_guide.pad_off_by_one"),
+    (lambda m: torch.cat((_counted(m)[:, :-1], torch.zeros_like(m[:, -1:])), 1),
+     "field_guide.pad_decode_at_zero"),
 ])
-def test_mistakes_on_real_tokens_are_still_named(wrong, mistake_id):
-    result = assess(TASK, outputs_of(TASK, wrong))
-    assert result.points < result.max_points and result.mistake == mistake_id, result.feedback
+def test_a_wrong_fix_with_the_right_cause_is_named_and_earns_half(wrong, mistake_id):
+    cases = TASKS[TASK].cases()
+    result = assess(TASK, outputs_of(TASK, _pad_answer(wrong)))
+    assert result.mistake == mistake_id, result.feedback
+    assert 0.5 <= result.points < result.max_points, result.points
+    assert len(cases) == 4
 
 
-def test_the_task_declares_no_pad_value_diagnosis():
+def test_a_kept_observed_fix_is_named():
+    solution = _solution(TASK)
+    result = assess(TASK, outputs_of(TASK, lambda mask, observed: (solution(mask, observed)[0], observed)))
+    assert result.mistake == "field_guide.pad_fix_kept_observed" and result.points == 0.5, result.feedback
+
+
+@pytest.mark.parametrize("cause", ["mask_blind", "off_by_one", "cache_length_on_decode",
+                                   "decode_offset_forgotten"])
+def test_a_wrong_cause_is_named_by_the_bug_it_missed(cause):
+    from posenc_lesson.tasks.field_guide import _pad_cause
+
+    cases = TASKS[TASK].cases()
+    result = assess(TASK, outputs_of(TASK, _pad_answer(lambda m: m.long().cumsum(-1) - 1, cause)))
+    missed = [_pad_cause(*case) for case in cases if _pad_cause(*case) != cause]
+    assert result.case_mistakes.count(None) == 1
+    assert {m for m in result.case_mistakes if m} == {f"field_guide.pad_cause_missed_{c}" for c in missed}
+    assert result.points == pytest.approx((1 + 3 * 0.5) / len(cases), abs=0.01)  # the fix is right
+
+
+def test_the_pad_values_are_free_and_no_pad_value_diagnosis_is_declared():
     declared = set(TASKS[TASK].judge.mistakes)
-    assert declared == {"field_guide.pad_mask_blind", "field_guide.pad_off_by_one"}
-
-
-def test_the_solution_passes_and_its_text_says_pads_are_free():
+    assert not any("pad_value" in m for m in declared)
     cells = {c.metadata["nbgrader"]["grade_id"]: c.source
              for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
-    ns: dict = {}
-    exec(cells["setup"], ns)
-    exec(cells[TASK], ns)
-    fn = ns[TASKS[TASK].entry]
-    result = assess(TASK, outputs_of(TASK, fn))
-    assert result.points == result.max_points, result.feedback
     statement = cells[f"{TASK}_task"]
-    assert "not graded" in statement and "Pads get position 1" not in statement
+    assert "not graded" in statement and "cumsum" not in statement and "cumsum" not in cells[TASK].split(
+        "### BEGIN SOLUTION")[0]
 
 
 # --------------------------------------------------------------------------------------
@@ -90,15 +137,6 @@ def test_the_solution_passes_and_its_text_says_pads_are_free():
 # --------------------------------------------------------------------------------------
 
 GEMMA = "12_gemma3_layer_frequencies"
-
-
-def _solution(task_id):
-    cells = {c.metadata["nbgrader"]["grade_id"]: c.source
-             for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
-    ns: dict = {}
-    exec(cells["setup"], ns)
-    exec(cells[task_id], ns)
-    return ns[TASKS[task_id].entry]
 
 
 def test_gemma_configs_are_the_lessons_and_the_reference_is_describe_positions():
@@ -263,5 +301,5 @@ def test_a_cause_with_spaces_and_a_tuple_pass():
 
 def test_field_guide_kinds():
     kinds = {t: TASKS[t].kind for t in TASKS if t.startswith("12_") and TASKS[t].run != "answer"}
-    assert kinds == {"12_gemma3_layer_frequencies": "read", "12_left_pad_positions": "derive",
+    assert kinds == {"12_gemma3_layer_frequencies": "read", "12_diagnose_pad_positions": "diagnose",
                      "12_longrope_frequencies": "implement", "12_diagnose_prope_port": "diagnose"}

@@ -65,8 +65,25 @@ def test_the_lesson_has_four_tasks_worth_ten_points_two_questions_and_one_implem
     tasks = [t for t in lesson if t.run != "answer"]
     assert [t.id for t in tasks] == list(TASK_IDS)
     assert sum(t.points for t in tasks) == 10 and len(lesson) - len(tasks) == 2
-    assert [t.kind for t in tasks] == ["implement", "diagnose", "diagnose", "read"]
+    assert [t.kind for t in tasks] == ["implement", "diagnose", "derive", "read"]
     assert "11_fix_interleaved_mrope_buggy" in _cells()
+
+
+def test_a_visible_qwen3_vl_config_tells_head_dim_from_hidden_over_heads():
+    from posenc_lesson import describe_positions
+
+    qwen3 = [c for (c,) in TASKS["11_read_rotary_config"].cases() if c.get("model_type") == "qwen3_vl"]
+    text = [c["text_config"] for c in qwen3]
+    assert any(t["hidden_size"] // t["num_attention_heads"] != t["head_dim"] for t in text)
+    assert all(describe_positions(c).head_dim == t["head_dim"] for c, t in zip(qwen3, text, strict=True))
+
+
+def test_the_two_questions_ask_what_the_lesson_does_not_print():
+    from posenc_lesson.tasks.multi_axis_questions import _flux2_still_channels, _span_ratio
+
+    assert _span_ratio() == round(31 / 30, 6) != 1.0  # nearly, not exactly, the same span
+    assert _span_ratio(normalize=False) == round(31 / 15, 6)
+    assert _flux2_still_channels() == 32  # FLUX.2's T axis; FLUX.1's answer (16) is a named mistake
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS)
@@ -102,6 +119,7 @@ MUTANTS = [
      "base ** (-torch.arange(2 * first, 2 * first + d, 2, dtype=torch.float64) / sum(axes))", "whole head"),
     ("11_read_rotary_config", 'if rope.get("mrope_interleaved"):', "if False:", "read interleaved sections"),
     ("11_read_rotary_config", 'if rope.get("mrope_interleaved"):', "if True:", "does not interleave"),
+    ("11_read_rotary_config", 'head_dim = text.get("head_dim") or ', "head_dim = ", "sets head_dim"),
     ("11_read_rotary_config", "theta = text[\"rope_theta\"] ** (-2 * j.double() / head_dim)",
      "theta = text[\"rope_theta\"] ** (-2 * (j - torch.tensor([0, s0, s0 + s1])[(j >= s0).long() "
      "+ (j >= s0 + s1).long()]).double() / (2 * torch.tensor([s0, s1, s2])[(j >= s0).long() "

@@ -13,16 +13,28 @@ generate); the known mistakes are computed here.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import field_guide as _guide
+from ..harness.in_kernel import learner_text
 from ..lab.field_bugs import positions_from_mask
-from .judges import Mistake, as_float_tensor, call, draw, pick, seeded, tensor_judge
-from .registry import Task, register
+from .judges import (
+    Judged,
+    Mistake,
+    as_float_tensor,
+    call,
+    diagnoses,
+    draw,
+    feedback,
+    pick,
+    seeded,
+    tensor_judge,
+    type_text,
+)
+from .registry import Task, is_marker, register
 
 # Every task: the library's frequencies and config reader would solve it.
 GUIDE_FORBIDDEN = (
@@ -212,7 +224,7 @@ register(
 
 
 # --------------------------------------------------------------------------------------
-# 12_left_pad_positions: position ids from the attention mask
+# 12_diagnose_pad_positions: a left-padded batch and one decode step; name the bug, write the ids
 # --------------------------------------------------------------------------------------
 
 
@@ -221,85 +233,149 @@ def _pad_ref(mask: Tensor) -> Tensor:
     return positions_from_mask(mask)  # (B, T)
 
 
-def _pads_zeroed(out: Any, mask: Tensor) -> Any:
-    """The output with every pad entry set to 0, the reference's value there: a pad's position is
-    a convention (transformers' generate has filled pads with 1, and fills them with 0 in 5.24;
-    the mask hides them), so no value on a pad is graded. Anything not a (B, T) tensor is left as
-    it is, for the judge to name."""
-    got = as_float_tensor(out)
-    if got is None or tuple(got.shape) != tuple(mask.shape):
-        return out
-    return got.masked_fill(mask == 0, 0)  # (B, T)
+# cause -> the engine's ids for a left-padded prompt (columns 0 .. T-2) and one token decoded after it
+# (column T-1, fed alone with the prompt in the KV cache); pads as the buggy code leaves them.
+PAD_CAUSES = {
+    "mask_blind": lambda m: torch.arange(m.shape[1]).expand(m.shape).clone(),  # arange, cache length
+    "off_by_one": lambda m: m.long().cumsum(-1),  # cumsum(mask) without the - 1
+    "cache_length_on_decode": lambda m: torch.cat((_pad_ref(m)[:, :-1],
+                                                   torch.full_like(m[:, -1:], m.shape[1] - 1)), 1),
+    "decode_offset_forgotten": lambda m: torch.cat((_pad_ref(m)[:, :-1], torch.zeros_like(m[:, -1:])), 1),
+}
 
 
-def _on_real_tokens(mistake: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """A known mistake as the judge sees it: its pads zeroed, as a learner's are."""
-    return lambda mask: mistake(mask).masked_fill(mask == 0, 0)
+def _real(ids: Tensor, mask: Tensor) -> Tensor:
+    return ids.masked_fill(mask == 0, 0)  # (B, T): only real tokens are compared
 
 
-def _pads_ignored(judge: Callable[[list, list], Any]) -> Callable[[list, list], Any]:
-    """``judge`` on the outputs with their pads zeroed (_pads_zeroed); its declared ids kept."""
-    def wrapped(outputs: list, cases: list) -> Any:
-        return judge([_pads_zeroed(out, case[0]) for out, case in zip(outputs, cases, strict=True)], cases)
+def _pad_cause(mask: Tensor, observed: Tensor) -> str:
+    """The one cause whose ids equal ``observed`` on the real tokens (cases are drawn so)."""
+    found = [c for c, f in PAD_CAUSES.items() if torch.equal(_real(f(mask), mask), _real(observed, mask))]
+    if len(found) != 1:
+        raise ValueError("not a case of this task")
+    return found[0]
 
-    for name in ("mistakes", "known", "reference"):
-        setattr(wrapped, name, getattr(judge, name))
-    return wrapped
+
+def _pad_telling(mask: Tensor, cause: str) -> bool:
+    seen = [_real(f(mask), mask) for f in (_pad_ref, *PAD_CAUSES.values())]
+    mine = _real(PAD_CAUSES[cause](mask), mask)
+    return sum(torch.equal(mine, other) for other in seen) == 1
 
 
 def _pad_cases(seed: int = 0) -> list[tuple]:
-    """(mask,): (B, T) left-padded 0/1 masks, at least one real token per row."""
+    """(mask, observed): (B, T) masks of a left-padded prompt plus one decoded token (last column 1),
+    at least one real prompt token per row and one padded row; every cause once, in a drawn order."""
+    def case(rows: list, cause: str) -> tuple:
+        mask = torch.tensor(rows)
+        return mask, PAD_CAUSES[cause](mask)
+
     if seed == 0:
-        return [
-            (torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]),),
-            (torch.tensor([[0, 1], [1, 1], [0, 1]]),),
-            (torch.tensor([[1, 1, 1, 1]]),),
-            (torch.tensor([[0, 0, 0, 0, 0, 1], [0, 0, 1, 1, 1, 1]]),),
-        ]
+        return [case([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], "decode_offset_forgotten"),
+                case([[0, 1, 1], [1, 1, 1], [0, 1, 1]], "mask_blind"),
+                case([[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]], "cache_length_on_decode"),
+                case([[1, 1, 1, 1], [0, 0, 1, 1]], "off_by_one")]
     g = seeded(1210 + seed)
     cases = []
-    for _ in range(4):
-        b, t = draw(g, 1, 5), draw(g, 2, 12)
-        pads = [draw(g, 0, t - 1) for _ in range(b)]
-        cases.append((torch.tensor([[0] * p + [1] * (t - p) for p in pads]),))
+    for j in torch.randperm(len(PAD_CAUSES), generator=g).tolist():
+        cause = list(PAD_CAUSES)[j]
+        while True:
+            b, t = draw(g, 1, 4), draw(g, 2, 10)  # t prompt columns, then the decoded token
+            rows = [[0] * p + [1] * (t - p) + [1] for p in (draw(g, 0, t - 1) for _ in range(b))]
+            mask = torch.tensor(rows)
+            if (mask == 0).any() and _pad_telling(mask, cause):
+                break
+        cases.append(case(rows, cause))
     return cases
 
 
-# Only the real tokens are graded: leaving -1 on the pads, filling them with 0 or 1 (or anything
-# else) is a convention, not a mistake (the judge zeroes the pads of every output first).
+# The fix, graded on real tokens only: any value on a pad is a convention, not a mistake.
 _PAD_MISTAKES = [
-    Mistake(
-        _on_real_tokens(lambda m: torch.arange(m.shape[1]).expand(m.shape).clone()),
-        "your positions ignore the mask (arange(T) for every row): a padded row's tokens then sit "
-        "'pad' positions later than they would alone, which moves every learned-table row.",
-        "count the real tokens: a cumulative sum of the mask.",
-        id="field_guide.pad_mask_blind",
-    ),
-    Mistake(
-        _on_real_tokens(lambda m: m.long().cumsum(-1)),
-        "your first real token is at position 1: positions start at 0.",
-        "cumsum(mask) - 1.",
-        id="field_guide.pad_off_by_one",
-    ),
+    Mistake(lambda m, o: _real(o, m), "your fixed ids are the observed ones unchanged: the fix changes "
+            "nothing.", "write the ids a right implementation gives this mask.",
+            id="field_guide.pad_fix_kept_observed"),
+    Mistake(lambda m, o: _real(PAD_CAUSES["mask_blind"](m), m),
+            "your fixed ids ignore the mask (arange(T) for every row): a padded row's tokens then sit "
+            "'pad' positions later than they would alone, which moves every learned-table row.",
+            "count the real tokens before each token, row by row.", id="field_guide.pad_mask_blind"),
+    Mistake(lambda m, o: _real(PAD_CAUSES["off_by_one"](m), m),
+            "in your fixed ids the first real token is at position 1: positions start at 0.",
+            "a row's first real token is at 0, as if it were alone.", id="field_guide.pad_off_by_one"),
+    Mistake(lambda m, o: _real(PAD_CAUSES["cache_length_on_decode"](m), m),
+            "your fix puts the decoded token at the cache's length, pads included: in a padded row it "
+            "lands 'pad' positions too late.", "the decoded token comes right after its row's last real "
+            "prompt token.", id="field_guide.pad_decode_at_cache_length"),
+    Mistake(lambda m, o: _real(PAD_CAUSES["decode_offset_forgotten"](m), m),
+            "your fix puts the decoded token at 0, as if it were alone: the prompt in the cache comes before "
+            "it.", "the decoded token's position counts the real tokens before it, cached ones included.",
+            id="field_guide.pad_decode_at_zero"),
 ]
+_PAD_FIX = tensor_judge(lambda m, o: _pad_ref(m), _PAD_MISTAKES, ("mask", "observed"),
+                        "a real token's position is the number of real tokens before it in its row; any "
+                        "value on the pads (they are not graded); a (B, T) tensor.")
+_PAD_SAID = {  # cause -> where its evidence sits
+    "mask_blind": "compare a padded row's first real token with an unpadded row's first token.",
+    "off_by_one": "look at the first real token of a row that has no pads.",
+    "cache_length_on_decode": "look at the decoded token (last column) of a padded row: how many real "
+                              "tokens come before it?",
+    "decode_offset_forgotten": "look at the decoded token (last column): where does the prompt leave off?",
+}
+
+
+def _pads_zeroed(out: Any, mask: Tensor) -> Any:
+    """``out`` with every pad set to 0, the reference's value there (a pad's position is a convention);
+    anything not a (B, T) tensor is left for the judge to name."""
+    got = as_float_tensor(out)
+    return out if got is None or tuple(got.shape) != tuple(mask.shape) else _real(got, mask)
+
+
+@diagnoses(*(f"field_guide.pad_cause_missed_{c}" for c in PAD_CAUSES), *_PAD_FIX.mistakes)
+def _pad_judge(outputs: list, cases: list) -> Judged:
+    """Per case half a share for the cause, half for the fix; the most frequent mistake is named."""
+    per_case: list[str | None] = []
+    said: dict[str, str] = {}
+    earned = 0.0
+    for out, (mask, observed) in zip(outputs, cases, strict=True):
+        if is_marker(out, "error") or not (isinstance(out, list | tuple) and len(out) == 2):
+            wrong = "generic.error" if is_marker(out, "error") else "generic.wrong_type"
+            per_case.append(wrong)
+            what = (f"your code raised {learner_text(out['error'])}." if wrong == "generic.error"
+                    else f"expected a pair (cause, ids), got {type_text(out)}.")
+            said[wrong] = feedback(what, f"return one of {tuple(PAD_CAUSES)} and the (B, T) ids.")
+            continue
+        cause, ids = out
+        truth = _pad_cause(mask, observed)
+        cause_id = None if isinstance(cause, str) and cause.strip() == truth else \
+            f"field_guide.pad_cause_missed_{truth}"
+        fixed = _PAD_FIX([_pads_zeroed(ids, mask)], [(mask, observed)])
+        earned += 0.5 * (cause_id is None) + 0.5 * fixed.fraction
+        if cause_id is not None:
+            named = (f"you named {cause.strip()!r}; on this batch {cause.strip()!r} would give other ids"
+                     if isinstance(cause, str) and cause.strip() in PAD_CAUSES
+                     else f"{cause!r} is not one of {tuple(PAD_CAUSES)}")
+            said.setdefault(cause_id, feedback(named + ".", _PAD_SAID[truth]))
+        elif fixed.mistake is not None:
+            said.setdefault(fixed.mistake, "the cause is right; the fix is not: " + fixed.feedback)
+        per_case.append(cause_id or fixed.mistake)
+    wrong_ids = [m for m in per_case if m is not None]
+    if not wrong_ids:
+        return Judged(1.0, f"passed: all {len(cases)} batches diagnosed and fixed.", None, per_case)
+    main = max(dict.fromkeys(wrong_ids), key=wrong_ids.count)  # the most frequent, the first on a tie
+    return Judged(earned / len(cases), f"{len(wrong_ids)} of {len(cases)} batches not right; " + said[main],
+                  main, per_case)
+
 
 register(
     Task(
-        id="12_left_pad_positions",
-        kind="derive",
-        title="Position ids for a left-padded batch",
+        id="12_diagnose_pad_positions",
+        kind="diagnose",
+        title="Diagnose position ids of a left-padded batch",
         points=1,
-        entry="left_pad_positions",
-        forbidden=(*GUIDE_FORBIDDEN, "posenc_lesson.lab.field_bugs.positions_from_mask"),
+        entry="diagnose_pad_positions",
+        forbidden=(*GUIDE_FORBIDDEN, "posenc_lesson.lab.field_bugs.positions_from_mask",
+                   "posenc_lesson.tasks.field_guide._pad_cause", "posenc_lesson.tasks.field_guide._pad_ref"),
         cases=_pad_cases,
         hidden=_pad_cases,
         run=call,
-        judge=_pads_ignored(tensor_judge(
-            _pad_ref,
-            _PAD_MISTAKES,
-            ("mask",),
-            "position = number of real tokens before this one (cumsum(mask) - 1); any value on the "
-            "pads (they are not graded); a (B, T) integer tensor.",
-        )),
+        judge=_pad_judge,
     )
 )

@@ -1,7 +1,7 @@
 """Lesson 11's tasks (exercises/11_beyond_one_axis.ipynb): the 2-D sin-cos table, a diagnosis of wrong
-M-RoPE position ids (the cause drawn per case from five real ones, and the fix), and a find-the-bug
-(Qwen3-VL's interleaved sections read as Qwen2-VL's chunks). The config-reading task and the two
-concept questions are in ``multi_axis_questions.py``.
+M-RoPE position ids (the cause drawn per case from five real ones, and the fix), and a derivation
+(Qwen3-VL's interleaved sections, from chunked code and lesson 11's one example of the cycle). The
+config-reading task and the two concept questions are in ``multi_axis_questions.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, any other
 seed fresh hidden ones of the same kind. The references are the library's (``sincos_2d``,
@@ -309,7 +309,7 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 11_fix_interleaved_mrope: Qwen3-VL's sections are interleaved, not chunked (find the bug)
+# 11_fix_interleaved_mrope: Qwen3-VL's sections are interleaved, not chunked (derive the rule)
 # --------------------------------------------------------------------------------------
 
 def _by_streams(x: Tensor, positions: Tensor, section: tuple, *, streams: Tensor | None = None,
@@ -379,8 +379,8 @@ _FIX_MISTAKES = [
 
 register(Task(
     id="11_fix_interleaved_mrope",
-    kind="diagnose",
-    title="Qwen3-VL's rotary (find the bug)",
+    kind="derive",
+    title="Derive Qwen3-VL's interleaved rotary",
     points=2,
     entry="mrope_fixed",
     forbidden=MROPE_FORBIDDEN + ROTATION_FORBIDDEN,

@@ -4,8 +4,9 @@
 from transformers; hidden ones of the same forms, sizes drawn) -> how many radians each rotary pair turns
 per unit of each coordinate, judged against the library (``axial_angles`` for FLUX's axes;
 ``describe_positions``, ``rope_frequencies`` and ``mrope_streams`` for Qwen's sections).
-The questions: a neighbour's angle under normalised coordinates at twice the resolution, and how many
-of a FLUX.1 head's channels never turn. Ids keep the lesson's topic, ``multi_axis.*``.
+The questions: a row's span under normalised coordinates at twice the resolution (not the neighbour's
+step the lesson prints), and how many of a FLUX.2 head's channels never turn in text-to-image. Ids
+keep the lesson's topic, ``multi_axis.*``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ QWEN3_VL_8B = {  # Qwen/Qwen3-VL-8B-Instruct: text_config's position keys; sizes
         "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32,
         "num_key_value_heads": 8, "num_hidden_layers": 36, "rope_theta": 5000000,
         "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}}}
+QWEN3_VL_4B = {  # Qwen/Qwen3-VL-4B-Instruct's text_config: head_dim 128, not hidden_size / heads = 80
+    "model_type": "qwen3_vl", "text_config": {
+        "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 2560, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 36, "rope_theta": 5000000,
+        "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}}}
 
 
 def _text(config: dict) -> dict:
@@ -75,8 +81,17 @@ def _rates_ref(config: dict) -> Tensor:
     return theta[:, None] * _onehot(_mrope.mrope_streams(section, interleaved=interleaved), 3)
 
 
+def _streams_of(section: tuple, interleaved: bool, pairs: int) -> Tensor:
+    """Which stream turns each of ``pairs`` pairs, for a head of any width (mrope_streams' rule). (pairs,)"""
+    j = torch.arange(pairs)
+    if not interleaved:
+        return (j >= section[0]).long() + (j >= section[0] + section[1]).long()
+    height, width = (j % 3 == 1) & (j < 3 * section[1]), (j % 3 == 2) & (j < 3 * section[2])
+    return torch.where(height, 1, torch.where(width, 2, 0))
+
+
 def _rates(config: dict, *, whole_head: bool = False, restart: bool = False, base: float | None = None,
-           interleaved: bool | None = None) -> Tensor:
+           interleaved: bool | None = None, head_from_hidden: bool = False) -> Tensor:
     """The rates with the knobs real misreadings turn. (Dh/2, A)"""
     if "axes_dims_rope" in config:
         axes = list(config["axes_dims_rope"])
@@ -90,6 +105,11 @@ def _rates(config: dict, *, whole_head: bool = False, restart: bool = False, bas
     section, inter = _section(config)
     stream = _mrope.mrope_streams(section, interleaved=inter if interleaved is None else interleaved)
     theta = _rope.rope_frequencies(spec.head_dim, base or spec.rope[0]["rope_theta"], dtype=torch.float64)
+    if head_from_hidden:  # the head's width taken as hidden_size / num_attention_heads, head_dim overlooked
+        width = _text(config)["hidden_size"] // _text(config)["num_attention_heads"]
+        stream = _streams_of(section, inter, width // 2)
+        j = torch.arange(width // 2, dtype=torch.float64)
+        theta = float(spec.rope[0]["rope_theta"]) ** (-2 * j / width)  # (width // 2,)
     if restart:  # FLUX's habit: each stream's pairs get the frequencies of a head of their own width
         theta = torch.zeros_like(theta)
         for k in range(3):
@@ -102,7 +122,7 @@ def _rates(config: dict, *, whole_head: bool = False, restart: bool = False, bas
 def _read_cases(seed: int = 0) -> list[tuple]:
     """(config,): the five real configs, or four of their forms, sizes drawn (at least one FLUX, one Qwen)."""
     if seed == 0:
-        return [(FLUX1_DEV,), (QWEN2_VL_7B,), (QWEN3_VL_8B,), (FLUX2,), (QWEN25_VL_7B,)]
+        return [(FLUX1_DEV,), (QWEN2_VL_7B,), (QWEN3_VL_8B,), (FLUX2,), (QWEN25_VL_7B,), (QWEN3_VL_4B,)]
     g = seeded(1110 + seed)
     cases = []
     for k in range(4):
@@ -158,6 +178,11 @@ _READ_MISTAKES = [
             "take consecutive chunks of pairs (Qwen2-VL, Qwen2.5-VL).",
             "interleaving is set by mrope_interleaved: true; without it, time takes the first s0 pairs.",
             id="multi_axis.read_mrope_interleave_assumed"),
+    Mistake(lambda c: _rates(c, head_from_hidden=True),
+            "your head is hidden_size / num_attention_heads wide: this config sets head_dim, and Qwen3-VL's "
+            "heads are not that wide (the attention projects to num_attention_heads * head_dim channels).",
+            "read head_dim where the config has it; hidden_size / num_attention_heads only without it.",
+            id="multi_axis.read_head_dim_derived"),
     Mistake(lambda c: _rates_ref(c).T, "your table is transposed: one row per coordinate.",
             "one row per pair j: shape (Dh/2, number of axes or streams).",
             id="multi_axis.read_rates_transposed"),
@@ -187,54 +212,65 @@ register(Task(
 # Concept questions (concepts.py)
 # --------------------------------------------------------------------------------------
 
-def _neighbour_angle_ratio(train: int = 16, test: int = 32) -> float:
-    """Angle to the right-hand neighbour on a test x test grid over the one on train x train (normalised)."""
-    def step(g: int) -> float:
-        c = _axis.grid_positions(g, g, normalize=True)
-        return float(c[1, 1] - c[0, 1])
-    return step(test) / step(train)
+def _span_ratio(train: int = 16, test: int = 32, normalize: bool = True) -> float:
+    """The coordinate distance between a row's first and last patch centres on a test x test grid, over
+    the same on train x train (normalised coordinates by default), rounded to 6 decimals."""
+    def span(g: int) -> float:
+        c = _axis.grid_positions(g, g, normalize=normalize).double()  # (g*g, 2): (row, column)
+        return float(c[g - 1, 1] - c[0, 1])
+    return round(span(test) / span(train), 6)
 
 
 register(question(
-    id="11_q_normalised_neighbour", title="Predict: a neighbour's angle at twice the resolution",
-    entry="answer_11_normalised_neighbour",
-    forbidden=("posenc_lesson.tasks.multi_axis_questions._neighbour_angle_ratio",),
-    judge=choice_judge({"a": 1.0, "b": 0.5, "c": 2.0, "d": 0.0}, _neighbour_angle_ratio, [
-        Misconception("a", "you reason with integer indices, where a neighbour is always one step away; with "
-                      "coordinates normalised to [-1, 1] the whole image keeps the same span.",
-                      "how far apart are two neighbouring patch centres on a G-wide grid in [-1, 1]?",
-                      id="multi_axis.normalised_like_integer"),
-        Misconception("c", "you have the ratio upside down: more patches share the same span, so neighbours "
-                      "come closer, not farther.", "the step between patch centres is 2 / G.",
-                      id="multi_axis.normalised_ratio_inverted"),
-        Misconception("d", "a neighbour still sits at another coordinate, so some angle remains; it only "
-                      "shrinks with G.", "compute (2 * 1 + 1) / G - (2 * 0 + 1) / G.",
-                      id="multi_axis.normalised_angle_vanishes"),
-    ], "patch centres are c = (2i + 1)/G - 1: the step between neighbours is 2/G.")))
+    id="11_q_normalised_span", title="Predict: a row's span at twice the resolution",
+    entry="answer_11_normalised_span",
+    forbidden=("posenc_lesson.tasks.multi_axis_questions._span_ratio",),
+    judge=choice_judge({"a": 1.0, "b": round(31 / 30, 6), "c": round(31 / 15, 6), "d": 0.5}, _span_ratio, [
+        Misconception("a", "you took normalised coordinates to keep every distance fixed: the image spans "
+                      "[-1, 1], but patch centres sit half a patch inside its edges, so the first and the "
+                      "last centre are 2 - 2/G apart, and that grows with G.",
+                      "where is the centre of a row's first patch on a 16-wide grid, and on a 32-wide one?",
+                      id="multi_axis.normalised_span_fixed"),
+        Misconception("c", "you reasoned with integer indices, where the span grows from 15 steps to 31; "
+                      "normalised coordinates keep the image in [-1, 1].",
+                      "patch centres are c = (2i + 1)/G - 1.", id="multi_axis.normalised_span_like_integer"),
+        Misconception("d", "you applied the neighbour's halving to the whole row: the step 2/G halves, but "
+                      "twice as many steps fit in the row.", "span = (G - 1) steps of 2/G.",
+                      id="multi_axis.normalised_span_halved"),
+    ], "patch centres are c = (2i + 1)/G - 1: a row's first and last centre are (G - 1) * 2/G apart.")))
 
 
-def _flux_still_channels() -> int:
-    """How many of a FLUX.1 head's 128 channels no image or text token ever turns."""
+def _flux2_still_channels() -> int:
+    """How many of a FLUX.2 head's 128 channels no text or image token ever turns (text-to-image ids)."""
     g = torch.Generator().manual_seed(0)
-    ids = torch.cat((torch.zeros(4, 3, dtype=torch.long),
-                     torch.cat((torch.zeros(6, 1, dtype=torch.long), _axis.grid_positions(2, 3)), dim=1)))
+    one = torch.arange(1)
+    text = torch.cartesian_prod(one, one, one, torch.arange(5))  # (L, 4): (0, 0, 0, l)
+    image = torch.cartesian_prod(one, torch.arange(3), torch.arange(4), one)  # (H*W, 4): (0, y, x, 0)
+    ids = torch.cat((text, image))
     x = torch.randn(ids.shape[0], 128, generator=g, dtype=torch.float64)
-    y = _axis.apply_axial_rope(x, ids, (16, 56, 56))
+    y = _axis.apply_axial_rope(x, ids, (32, 32, 32, 32), base=2000.0)
     return int((y == x).all(dim=0).sum())
 
 
 register(question(
-    id="11_q_flux_still_channels", title="Predict: FLUX.1's channels that never turn",
+    id="11_q_flux_still_channels", title="Predict: FLUX.2's channels that never turn",
     entry="answer_11_flux_still_channels",
-    forbidden=("posenc_lesson.tasks.multi_axis_questions._flux_still_channels",),
-    judge=number_judge(_flux_still_channels, [
-        Misconception(0, "every channel belongs to some axis, but an axis whose coordinate is always 0 turns "
-                      "by 0: in FLUX.1 the first axis is 0 for text and image alike.",
-                      "look at the first coordinate of FLUX.1's ids for text and for image tokens.",
+    forbidden=("posenc_lesson.tasks.multi_axis_questions._flux2_still_channels",),
+    judge=number_judge(_flux2_still_channels, [
+        Misconception(0, "every axis is used by some token, but an axis whose coordinate is always 0 turns "
+                      "by 0: in text-to-image the first axis (T) is 0 for text and image alike.",
+                      "look at the first coordinate of FLUX.2's ids for text and for image tokens.",
                       id="multi_axis.flux_every_channel_turns"),
-        Misconception(8, "you counted pairs, not channels: an axis of d channels turns d/2 pairs.",
-                      "the question asks for channels.", id="multi_axis.flux_counted_pairs"),
-        Misconception(112, "the row and column axes turn on image tokens; only the first axis is always 0.",
-                      "which axis has coordinate 0 for every token?", id="multi_axis.flux_counted_spatial"),
-    ], "which coordinate of FLUX.1's ids is the same for every token, and how many channels does its "
-       "axis own?")))
+        Misconception(16, "you counted pairs, not channels (or carried FLUX.1's answer over): an axis turns "
+                      "half as many pairs as it has channels.", "the question asks for FLUX.2's channels.",
+                      id="multi_axis.flux_counted_pairs"),
+        Misconception(64, "you left the last axis still too: as in FLUX.1, where text sits at the origin, or "
+                      "counting what an image token leaves still (T and L). FLUX.2 gives text token l the "
+                      "coordinate l on the last axis, so those channels turn.",
+                      "what is the last coordinate of text token l?", id="multi_axis.flux2_text_at_origin"),
+        Misconception(96, "you counted what a text token leaves still (T, H and W): image tokens turn the "
+                      "H and W channels, and a channel any token turns is not still.",
+                      "a channel is still only if it is still for every token.",
+                      id="multi_axis.flux_counted_one_kind"),
+    ], "which coordinate of FLUX.2's text-to-image ids is the same for every token, and how many channels "
+       "does its axis own?")))
