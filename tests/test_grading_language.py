@@ -1,7 +1,9 @@
-"""Lesson 10's reworked tasks (issue 32): 10_sliding_plan (derive the plan from what it must do) and
-10_predict_rope_break (predict where section 6's pi-crossing reading puts RoPE's break). The key agrees
-with the lesson's own printout, each real mistake gets its diagnosis, per case; hidden inputs stay inside
-the statement for any seed; the plan meets the three requirements the statement gives."""
+"""Lesson 10's reworked tasks (issue 32): 10_sliding_plan (derive the plan, tail window included, from
+what it must do), 10_predict_rope_break (predict where section 6's pi-crossing reading puts RoPE's break),
+10_fix_window_mean (a colleague's average, its cause drawn per case) and the two concept questions (each
+in a setting the lesson prints no number for). The key agrees with the lesson's own printout and the lab's
+functions, each real mistake gets its diagnosis, per case; hidden inputs stay inside the statement for any
+seed; the plan meets the three requirements the statement gives."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from posenc_lesson.lab.lm_lab import FULL
 from posenc_lesson.rope import rope_frequencies
 from posenc_lesson.tasks import TASKS, assess, hidden_cases, load_topics, outputs_of, score
 from posenc_lesson.tasks import language as topic
+from posenc_lesson.tasks import language_questions as questions
 
 load_topics()
 PREDICT, PLAN = "10_predict_rope_break", "10_sliding_plan"
@@ -91,16 +94,85 @@ def test_each_mistake_is_named_on_hidden_inputs(mistake):
 
 @pytest.mark.parametrize("seed", range(0, 20))
 def test_the_plan_meets_the_three_requirements(seed):
-    """The key (the lab's window_plan): windows while they fit, each predicted byte once, and by the
-    earliest window that holds it, the one with the most context."""
+    """The key: the lab's window_plan while windows fit the stride grid, then a full window flush with the
+    text's end if bytes are left; each byte 1 .. N - 1 once, by the window that holds it the earliest."""
+    tails = 0
     for text_length, length, stride in topic._plan_cases(seed):
         plan = topic._plan_ref(text_length, length, stride).tolist()
-        assert [s for s, _ in plan] == list(range(0, text_length - length, stride))
+        grid = [list(r) for r in lm_corpus.window_plan(text_length, length, stride)]
+        assert plan[:len(grid)] == grid
+        assert plan[len(grid):] in ([], [[text_length - length - 1, plan[-1][1]]])
+        tails += len(plan) > len(grid)
         assert all(s + length + 1 <= text_length for s, _ in plan)
         scored = [s + 1 + t for s, first in plan for t in range(first, length)]
-        held = {s + 1 + t for s, _ in plan for t in range(length)}
-        assert sorted(scored) == sorted(held)                      # every predicted byte, once
+        assert sorted(scored) == list(range(1, text_length))          # every byte of the text, once
         by = {s + 1 + t: s for s, first in plan for t in range(first, length)}
         for j, s in by.items():
             assert s == min(st for st, _ in plan if st < j <= st + length)   # the most context
-        assert plan == [list(r) for r in lm_corpus.window_plan(text_length, length, stride)]
+    assert 0 < tails < len(topic._plan_cases(seed))  # cases with a tail and cases without
+
+
+LAB_PLAN = """
+def sliding_plan(text_length, length, stride):
+    rows = [(s, 0 if s == 0 else length - stride) for s in range(0, text_length - length, stride)]
+    return torch.tensor(rows)
+"""
+
+
+def test_the_labs_plan_without_its_tail_is_named():
+    ns = {"torch": torch}
+    exec(LAB_PLAN, ns)
+    result = assess(PLAN, outputs_of(PLAN, ns["sliding_plan"]))
+    assert 0 < result.points < 2 and result.mistake == "language.sliding_tail_missing", result
+
+
+# ---- 10_fix_window_mean: the cause drawn per case -------------------------------------------
+
+MEAN = "10_fix_window_mean"
+
+
+def _right_mean(nll, scored):
+    return nll.double()[scored].sum() / scored.sum() / math.log(2)
+
+
+def test_every_cause_once_per_seed_and_the_masks_are_the_plans():
+    for seed in range(0, 12):
+        cases = questions._mean_cases(seed)
+        assert sorted(questions._mean_cause(*c) for c in cases) == sorted(questions.MEAN_CAUSES)
+        for nll, scored, _ in cases:
+            counts = scored.sum(dim=1).tolist()
+            assert counts[0] == nll.shape[1] and len(set(counts[1:])) <= 2  # T, then S (and a tail's fewer)
+
+
+@pytest.mark.parametrize(("truth", "answer", "mistake"), [
+    ("correct", "nats_not_bits", "language.mean_right_one_flagged"),
+    ("mean_of_window_means", "correct", "language.mean_bug_missed"),
+    ("mask_ignored", "first_window_dropped", "language.mean_causes_confused"),
+    ("correct", 4, "language.mean_not_a_cause"),
+])
+def test_a_wrong_cause_is_named_and_the_number_earns_its_half(truth, answer, mistake):
+    cases = questions._mean_cases(0)
+    truths = [questions._mean_cause(*c) for c in cases]
+    outputs = [(answer if t == truth else t, _right_mean(*c[:2])) for t, c in zip(truths, cases, strict=True)]
+    result = assess(MEAN, outputs, cases)
+    assert result.points == pytest.approx(2 * (1 - 0.5 / len(cases))) and result.mistake == mistake, result
+
+
+def test_the_window_mean_as_the_fix_is_named():
+    cases = questions._mean_cases(1)
+    outputs = [(questions._mean_cause(*c), questions._window_means(*c[:2]).mean() / math.log(2))
+               for c in cases]
+    result = assess(MEAN, outputs, cases)
+    assert result.points == pytest.approx(1.0) and result.mistake == "language.mean_of_window_means"
+
+
+# ---- the concept questions: keys from the lab, in settings the lesson prints no number for -----
+
+def test_the_tail_context_key_is_the_plans():
+    start, first = topic._plan_ref(1000, 512, 64).tolist()[-1]
+    assert (start, first) == (487, 473) and questions._tail_context() == 474
+    assert questions._tail_context() != 512 - 64 + 1   # the lesson's grid bound is a wrong answer here
+
+
+def test_the_t5_key_is_for_a_window_the_lesson_does_not_print():
+    assert questions._first_untrained_bucket() == 23 and questions._first_untrained_bucket(64) == 27

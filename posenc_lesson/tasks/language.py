@@ -1,10 +1,10 @@
 """Lesson 10's tasks on scoring a language model (exercises/10_language_extrapolation.ipynb): bits per
 byte from logits (with the one-byte shift, the one implement task), a sliding-window plan derived from
-what it must do (each byte scored once, with the most context a window gives it), a prediction of where
-section 6's pi-crossing reading puts RoPE's break for another head width, base and training length
-(judged against the library's frequencies), a window average to fix (a real mistake: the Hugging Face
-perplexity guide averaged each window's mean, transformers issue #34138, fixed by PR #34387), and two
-concept questions.
+what it must do (each byte of the text scored once, with the most context a window gives it, the text's
+tail included: a last full window flush with the text's end, as lm-evaluation-harness's rolling windows
+place it), and a prediction of where section 6's pi-crossing reading puts RoPE's break for another head
+width, base and training length (judged against the library's frequencies). The lesson's diagnosis of a
+window average and its concept questions are in ``language_questions.py``.
 
 Every case list is built by a ``_*_cases(seed)`` function: seed 0 gives the visible cases, another
 seed fresh hidden inputs of the same kind. Nothing here trains a model: grading is tensor arithmetic.
@@ -22,9 +22,15 @@ from torch import Tensor
 
 from .. import rope as _rope
 from ..lab import lm_corpus as _corpus
-from ..lab import lm_probes as _probes
-from .concepts import Misconception, number_judge, question
-from .judges import Mistake, call, draw, pick, randn, seeded, tensor_judge
+from .judges import (
+    Mistake,
+    call,
+    draw,
+    pick,
+    randn,
+    seeded,
+    tensor_judge,
+)
 from .registry import Task, register
 
 LAB_FORBIDDEN = ("posenc_lesson.lab.lm_corpus.bits_per_byte", "posenc_lesson.lab.lm_corpus.evaluate_bpb",
@@ -100,35 +106,64 @@ register(Task(
 # --------------------------------------------------------------------------------------
 
 def _plan_ref(text_length: int, length: int, stride: int) -> Tensor:
-    return torch.tensor(_corpus.window_plan(text_length, length, stride), dtype=torch.long).view(-1, 2)
+    """The lab's window_plan, plus the tail: where the lab's last window leaves bytes unscored, one more
+    full window flush with the text's end (start text_length - length - 1) scores them, and only them
+    (the earlier windows show every other byte more context)."""
+    plan = list(_corpus.window_plan(text_length, length, stride))
+    held = plan[-1][0] + length  # the last byte the lab's windows predict
+    tail = text_length - length - 1
+    if held < text_length - 1:
+        plan.append((tail, held + 1 - tail - 1))  # byte held + 1 sits at index held + 1 - tail - 1
+    return torch.tensor(plan, dtype=torch.long).view(-1, 2)
 
 
 def _plan(text_length: int, length: int, stride: int, *, first_all: bool = True, last: int = 0,
-          every_all: bool = False, offset: int = 0) -> Tensor:
+          every_all: bool = False, offset: int = 0, tail: str = "flush") -> Tensor:
     rows = []
     for start in range(0, text_length - length + last, stride):
         first = 0 if every_all or (first_all and start == 0) else length - stride + offset
         rows.append((start, first))
+    held = rows[-1][0] + length
+    if held < text_length - 1 and tail != "none":
+        start = text_length - length - 1
+        first = {"flush": held - start, "all": 0, "stride": length - stride}[tail]
+        rows.append((start, first + (offset if tail == "flush" else 0)))
     return torch.tensor(rows, dtype=torch.long).view(-1, 2)
 
 
 def _plan_cases(seed: int = 0) -> list[tuple]:
-    """(text_length, length, stride): 1 <= stride <= length < text_length <= 400."""
+    """(text_length, length, stride): 1 <= stride <= length < text_length <= 400; one text the stride grid
+    covers exactly (no tail), the others leave a tail."""
     if seed == 0:
-        return [(30, 8, 4), (100, 16, 16), (65, 32, 8), (20, 5, 1), (40, 8, 4)]
+        return [(35, 8, 4), (100, 16, 16), (65, 32, 8), (20, 5, 1), (41, 8, 4), (50, 10, 3)]
     g = seeded(1010 + seed)
     cases = []
-    for k in range(4):
+    for k in range(5):
         length = draw(g, 2, 64)
         stride = draw(g, 1, length)
         text_length = draw(g, length + 2, 400)
         if k == 0:  # a text the last window would fit exactly, but for its one-byte-on targets
             text_length = length + stride * draw(g, 1, max(1, (400 - length) // stride))
+        if k == 1:  # a text the grid covers exactly: no tail
+            text_length = length + 1 + stride * draw(g, 0, max(0, (399 - length) // stride))
         cases.append((text_length, length, stride))
     return cases
 
 
 _PLAN_MISTAKES = [
+    Mistake(lambda n, t, s: _plan(n, t, s, tail="none"),
+            "your plan stops where the stride grid stops (the lab's window_plan): the text's last bytes are "
+            "never scored.", "which bytes does your last window leave unpredicted, and which full window "
+            "still holds them?", id="language.sliding_tail_missing"),
+    Mistake(lambda n, t, s: _plan(n, t, s, tail="all"),
+            "your tail window scores all its targets: most of them were already scored by earlier windows, "
+            "which showed them more context.", "which bytes of the tail window did no earlier window score?",
+            id="language.sliding_tail_scores_all"),
+    Mistake(lambda n, t, s: _plan(n, t, s, tail="stride"),
+            "your tail window scores its last `stride` targets, like a window on the grid; it starts closer "
+            "than a stride to the window before it.",
+            "the tail scores exactly the bytes past the last byte the window before predicted.",
+            id="language.sliding_tail_like_the_grid"),
     Mistake(lambda n, t, s: _plan(n, t, s, every_all=True),
             "every window scores all its targets: with a stride shorter than the window, the bytes the "
             "windows share are scored several times.",
@@ -156,7 +191,7 @@ _PLAN_MISTAKES = [
 register(Task(
     id="10_sliding_plan",
     kind="derive",
-    title="Derive a sliding-window plan that scores each byte once",
+    title="Derive a sliding-window plan that scores every byte once",
     points=2,
     entry="sliding_plan",
     forbidden=LAB_FORBIDDEN,
@@ -164,9 +199,10 @@ register(Task(
     hidden=_plan_cases,
     run=call,
     judge=tensor_judge(_plan_ref, _PLAN_MISTAKES, ("text_length", "length", "stride"),
-                       "every window that fits (it needs length + 1 bytes); every predicted byte scored "
-                       "once, by the window that shows it the most context: a (W, 2) integer tensor of "
-                       "rows (start, first scored index).", partial=False),
+                       "the windows on the stride grid that fit (each needs length + 1 bytes), then a full "
+                       "window flush with the text's end if bytes are left; every byte 1 .. text_length - 1 "
+                       "scored once, by the window that shows it the most context: a (W, 2) integer tensor "
+                       "of rows (start, first scored index).", partial=True),
 ))
 
 
@@ -222,11 +258,12 @@ def _pi_case_ok(head_dim: int, base: float, train_length: int, bin_size: int) ->
 
 
 def _pi_cases(seed: int = 0) -> list[tuple]:
-    """(head_dim, base, train_length, bin_size): the lesson's model and its Going further's L = 128 first;
+    """(head_dim, base, train_length, bin_size): the lesson's model first, then models the lesson prints no
+    crossing for;
     hidden, real head widths and bases, bins of at most L / 2, L drawn so that a chosen pair is the first
     short of pi (the last case with L - 1 just short of that pair's crossing, where L - 1 and L disagree)."""
     if seed == 0:
-        return [(16, 10_000.0, 64, 16), (16, 10_000.0, 128, 16), (64, 10_000.0, 512, 64),
+        return [(16, 10_000.0, 64, 16), (16, 500_000.0, 128, 16), (64, 10_000.0, 512, 64),
                 (128, 500_000.0, 2048, 128), (16, 10_000.0, 100, 4)]
     g = seeded(1020 + seed)
     cases: list[tuple] = []
@@ -291,117 +328,7 @@ register(Task(
     hidden=_pi_cases,
     run=call,
     judge=tensor_judge(_pi_break_ref, _PI_MISTAKES, ("head_dim", "base", "train_length", "bin_size"),
-                       "training turns pair i by at most (train_length - 1) theta_i; find the first pair "
-                       "that falls short of pi, the offset where it reaches pi, the first bin wholly past "
-                       "it.",
+                       "read this model as section 6 reads the L = 64 one: which pair, which offset, which "
+                       "bin?",
                        partial=True),
 ))
-
-
-# --------------------------------------------------------------------------------------
-# 10_fix_window_mean: the mean over scored bytes, not over windows
-# --------------------------------------------------------------------------------------
-
-def _mean_ref(nll: Tensor, scored: Tensor) -> Tensor:
-    return nll.double()[scored].sum() / scored.sum() / LN2
-
-
-def _mean_cases(seed: int = 0) -> list[tuple]:
-    """(nll (W, T) >= 0, scored (W, T) bool): every window scores at least one target; the last ones
-    fewer (a sliding window's shorter tail)."""
-    g = seeded(1030 + seed)
-    specs = [(3, 8, 4), (5, 16, 3), (2, 6, 6), (4, 12, 5)] if seed == 0 else \
-        [(draw(g, 2, 8), t, draw(g, 1, t - 1)) for t in (draw(g, 4, 32) for _ in range(4))]
-    cases = []
-    for w, t, s in specs:
-        scored = torch.zeros(w, t, dtype=torch.bool)
-        scored[0] = True
-        scored[1:, t - s:] = True
-        scored[-1, :t - draw(g, 1, s)] = False  # the last window scores fewer
-        scored[-1, -1] = True
-        cases.append((3 * torch.rand(w, t, generator=g), scored))
-    return cases
-
-
-def _window_means(nll: Tensor, scored: Tensor) -> Tensor:
-    return torch.stack([row.double()[mask].mean() for row, mask in zip(nll, scored, strict=True)])  # (W,)
-
-
-_MEAN_MISTAKES = [
-    Mistake(lambda nll, sc: _window_means(nll, sc).mean() / LN2,
-            "you average each window's mean loss: a window that scores few bytes then weighs as much as "
-            "one that scores many (the bug transformers issue #34138 found in the perplexity guide).",
-            "sum the loss over every scored byte, divide by the number of scored bytes.",
-            id="language.mean_of_window_means"),
-    Mistake(lambda nll, sc: nll.double().mean() / LN2,
-            "you averaged every position, scored or not: a sliding window's context positions were "
-            "already scored by an earlier window.", "use only nll[scored].", id="language.mean_ignores_mask"),
-    Mistake(lambda nll, sc: nll.double()[sc].mean(),
-            "your number is in nats, not bits.", "divide by ln 2.", id="language.mean_in_nats"),
-]
-
-register(Task(
-    id="10_fix_window_mean",
-    kind="diagnose",
-    title="Find the bug: averaging a sliding-window evaluation",
-    points=2,
-    entry="window_bpb_fixed",
-    forbidden=LAB_FORBIDDEN,
-    cases=_mean_cases,
-    hidden=_mean_cases,
-    run=call,
-    judge=tensor_judge(_mean_ref, _MEAN_MISTAKES, ("nll", "scored"),
-                       "bpb = (sum of nll over the scored entries) / (number of scored entries) / ln 2.",
-                       partial=False),
-))
-
-
-# --------------------------------------------------------------------------------------
-# Concept questions
-# --------------------------------------------------------------------------------------
-
-def _least_context(length: int = 512, stride: int = 64) -> int:
-    """The fewest bytes a later window of the lab's sliding evaluation shows before a byte it scores:
-    position t of a window sees its inputs 0 .. t (t + 1 bytes) and predicts byte t + 1."""
-    return min(first + 1 for start, first in _corpus.window_plan(10 * length, length, stride) if start > 0)
-
-
-register(question(
-    id="10_q_sliding_context", title="Predict: the context a sliding window guarantees",
-    entry="answer_10_sliding_context",
-    forbidden=("posenc_lesson.tasks.language._least_context",),
-    judge=number_judge(_least_context, [
-        Misconception(64, "that is the stride, the bytes each window adds; the context is what it keeps.",
-                      "a later window scores only its last S targets; what comes before them?",
-                      id="language.context_is_stride"),
-        Misconception(512, "the first bytes of a window are context, not scored: a scored byte has fewer "
-                      "bytes before it than the window holds.", "the first scored index is T - S.",
-                      id="language.context_is_window"),
-        Misconception(448, "off by one: T - S is the index of the first scored position, and position t "
-                      "sees the bytes 0 .. t of its window, t + 1 of them.",
-                      "count the inputs up to and including the first scored position.",
-                      id="language.context_off_by_one"),
-    ], "windows of T = 512 bytes, stride S = 64: every window after the first scores from index T - S.")))
-
-
-def _first_untrained_bucket(train_length: int = 64) -> int:
-    """The first T5 decoder bucket that no distance in a window of L = 64 tokens reaches."""
-    return _probes.trained_t5_buckets(train_length)[-1] + 1
-
-
-register(question(
-    id="10_q_t5_untrained_bucket", title="Predict: T5's first bucket a 64-byte window never trains",
-    entry="answer_10_t5_untrained_bucket",
-    forbidden=("posenc_lesson.tasks.language._first_untrained_bucket",),
-    judge=number_judge(_first_untrained_bucket, [
-        Misconception(64, "buckets are not distances: past 16 they grow logarithmically, so many distances "
-                      "share one bucket.", "compute bucket(63) with t5_relative_position_bucket.",
-                      id="language.bucket_is_distance"),
-        Misconception(16, "distances 16 .. 63 are reached in training too: they fall in the logarithmic "
-                      "buckets from 16 on.", "the largest distance in a window of 64 is 63.",
-                      id="language.bucket_exact_only"),
-        Misconception(32, "32 is how many buckets there are; the question is the first one training never "
-                      "reaches.", "decoder buckets: num_buckets = 32, max_distance = 128, one-way.",
-                      id="language.bucket_count"),
-    ], "one-way buckets (a decoder), 32 of them up to distance 128; a window of 64 reaches distances "
-       "0 .. 63.")))

@@ -63,8 +63,8 @@ from . import given as _given
 TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "relative_questions", "rope",
           "rope_questions", "alibi", "alibi_questions", "extrapolation", "copy_accuracy",
           "extrapolation_questions", "context_extension",
-          "partial_rotary", "scaling_design", "language", "multi_axis", "multi_axis_questions", "field_guide",
-          "field_guide_scaling", "field_guide_questions")
+          "partial_rotary", "scaling_design", "language", "language_questions", "multi_axis",
+          "multi_axis_questions", "field_guide", "field_guide_scaling", "field_guide_questions")
 
 
 @dataclass(frozen=True)
