@@ -177,10 +177,11 @@ def test_the_public_library_may_check_a_prediction():
     """Questions allow the library: computing the answer with it is checking, not cheating."""
     from posenc_lesson import t5_relative_position_bucket
 
-    def answer_05_longer_input():  # which buckets 40 tokens reach that 18 never did
-        trained = set(t5_relative_position_bucket(-torch.arange(18), bidirectional=False).tolist())
-        met = set(t5_relative_position_bucket(-torch.arange(40), bidirectional=False).tolist())
-        return "b" if met - trained else "a"
+    def answer_05_longer_input():  # which of the 50-, 100- and 200-token decoders meet a new bucket at 1000
+        met = set(t5_relative_position_bucket(-torch.arange(1000), bidirectional=False).tolist())
+        new = [bool(met - set(t5_relative_position_bucket(-torch.arange(t), bidirectional=False).tolist()))
+               for t in (50, 100, 200)]
+        return "c" if new == [True, True, False] else "a"
 
     assert score("05_q_longer_input", outputs_of("05_q_longer_input", answer_05_longer_input))[0] == 1
 

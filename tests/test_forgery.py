@@ -304,9 +304,10 @@ ATTACKS = {
                 return torch.ops.aten.scaled_dot_product_attention(q, k, v)
             """),
         "01_fix_softmax_axis": _src("""
-            def attention_weights(q, k):
+            def weights_bug(q, k, weights):
                 eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-1], k.shape[-2])
-                return torch._C._nn.scaled_dot_product_attention(q, k, eye)  # the weights, as values
+                right = torch._C._nn.scaled_dot_product_attention(q, k, eye)  # the weights, as values
+                return "softmax_axis_1" if torch.allclose(weights, right.mT) else "max_from_axis_1"
             """),
         "01_permutation_check": _src("""
             from posenc_lesson.tasks.permutation import _equivariant

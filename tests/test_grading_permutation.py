@@ -116,3 +116,73 @@ def test_the_reference_agrees_with_what_each_layer_is():
         assert topic._equivariant_all(f, x)
     for f in topic._LEAK:
         assert not topic._equivariant_all(f, x)
+
+
+@pytest.mark.parametrize("tolerance", [{"atol": 1e-5}, {"rtol": 1e-4, "atol": 1e-5}, {"atol": 1e-4}])
+def test_a_test_with_the_stated_tolerance_gets_full_marks_on_every_seed(tolerance):
+    """The statement says to compare with a tolerance, e.g. atol=1e-5: such a test never loses points."""
+    def first_order_leak(x, *layers):
+        perms = [torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(s)) for s in range(5)]
+        return next(n for n, f in enumerate(layers)
+                    if any(not torch.allclose(f(x[p]), f(x)[p], **tolerance) for p in perms))
+
+    for seed in range(1, 31):
+        cases = hidden_cases(TASK, seed)
+        result = assess(TASK, [first_order_leak(*case) for case in cases], cases)
+        assert result.points == result.max_points, (seed, result.feedback)
+
+
+# ------------------------------------------------------------------ 01_fix_softmax_axis: which line
+
+
+def _weights_solution():
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source
+             for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
+    ns: dict = {}
+    exec(cells["setup"], ns)
+    exec(cells["01_fix_softmax_axis"], ns)
+    return ns["weights_bug"]
+
+
+def test_each_weights_case_matches_its_line_only_and_every_line_is_right_in_2d():
+    for seed in range(15):
+        cases = topic._weights_bug_cases(seed)
+        labels = [topic._weights_bug_ref(*case) for case in cases]
+        if seed == 0:
+            assert sorted(labels) == sorted(topic._BUG_LABELS)  # every line once
+        for (q, k, weights), label in zip(cases, labels, strict=True):
+            assert q.dim() in (3, 4) and weights.dtype == torch.float32
+            assert topic._weights_matching(q, k, weights) == [label]
+    q, k = torch.randn(5, 6), torch.randn(7, 6)  # one (T, Dh) sequence: every line is right
+    for label in topic._BUG_LABELS:
+        assert torch.allclose(topic._weights_with(q, k, label), topic._weights_with(q, k), atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_the_weights_solution_names_the_line_on_fresh_cases(seed):
+    fn = _weights_solution()
+    cases = hidden_cases("01_fix_softmax_axis", seed)
+    result = assess("01_fix_softmax_axis", [fn(*case) for case in cases], cases)
+    assert result.points == result.max_points, result.feedback
+
+
+@pytest.mark.parametrize("said", list(topic._BUG_LABELS))
+def test_naming_the_wrong_line_is_diagnosed_per_case(said):
+    cases = TASKS["01_fix_softmax_axis"].cases()
+    result = assess("01_fix_softmax_axis", [said] * len(cases))
+    assert result.points == pytest.approx(1 / len(cases), abs=0.01)  # one case per line: one right
+    assert result.mistake == f"permutation.misread_{said}" and "\nHint: " in result.feedback
+    assert sum(m is None for m in result.case_mistakes) == 1
+
+
+def test_the_fixed_function_no_longer_answers_the_task():
+    """The old task (write the fixed weights) is Task 1 again; the new one asks which line."""
+    fixed = lambda q, k, weights: torch.softmax(q @ k.mT / q.shape[-1] ** 0.5, -1)  # noqa: E731
+    result = assess("01_fix_softmax_axis", outputs_of("01_fix_softmax_axis", fixed))
+    assert result.points == 0 and result.mistake == "generic.wrong_type"
+
+
+def test_the_readout_question_is_measured():
+    """Max over rows stays, row 0 changes: the key of Question 1 (option c)."""
+    judge = TASKS["01_q_pooled_order"].judge
+    assert topic._readouts_changed() == frozenset({"row 0"}) == judge.options["c"]

@@ -204,12 +204,9 @@ def test_the_learner_style_bucket_is_right_when_nothing_is_wrong():
 
 
 @pytest.mark.parametrize(("wrong", "diagnosis"), BUCKET_WRONG, ids=[d for _, d in BUCKET_WRONG])
-@pytest.mark.parametrize("task_id", ["05_t5_bucket", "05_fix_t5_bucket"])
-def test_t5_bucket_mistakes_are_named(task_id, wrong, diagnosis):
-    points, max_points, feedback = _grade(task_id, lambda r, b, nb, md: _t5(r, b, nb, md, **wrong))
+def test_t5_bucket_mistakes_are_named(wrong, diagnosis):
+    points, max_points, feedback = _grade("05_t5_bucket", lambda r, b, nb, md: _t5(r, b, nb, md, **wrong))
     assert points < max_points
-    if task_id == "05_fix_t5_bucket":
-        assert points == 0  # a find-the-bug task has no partial credit
     assert diagnosis in feedback, feedback
 
 
@@ -224,12 +221,36 @@ def test_t5_bucket_in_another_order_of_float_ops_gets_the_boundary_message():
     assert "by one at a few exact boundaries" in feedback, feedback
 
 
-def test_the_shown_buggy_port_is_the_sign_mistake_and_its_fix_is_one_minus():
-    buggy = lambda r, b=True, nb=32, md=128: topic._bucket(r, b, nb, md, sign=-1)  # noqa: E731
-    for case in topic._bucket_cases():
-        assert torch.equal(buggy(*case), topic._bucket(-case[0], *case[1:]))
-    fixed = _solution("05_fix_t5_bucket")
-    assert _grade("05_fix_t5_bucket", fixed)[0] == 2
+# ------------------------------------------------------------------ 05_fix_t5_bucket: the port's slip
+
+
+def test_each_case_of_the_port_task_matches_its_slip_only():
+    for seed in range(12):
+        cases = topic._port_cases(seed)
+        assert len(cases) == (6 if seed == 0 else 5)
+        labels = [topic._port_bug_ref(*case) for case in cases]
+        if seed == 0:
+            assert sorted(labels) == sorted(topic._PORT_LABELS)  # every slip once
+        for (rel, bi, num_buckets, max_distance, buckets), label in zip(cases, labels, strict=True):
+            assert rel.dim() == 1 and buckets.dtype == torch.int64 and num_buckets % 2 == 0
+            assert topic._port_matching(rel, bi, num_buckets, max_distance, buckets) == [label]
+            assert not torch.equal(buckets, topic._bucket_ref(rel, bi, num_buckets, max_distance))
+
+
+def test_the_port_task_no_longer_passes_with_the_right_bucket_function():
+    t5 = _solution("05_t5_bucket")
+    points, _, feedback = _grade("05_fix_t5_bucket", lambda r, b, nb, md, buckets: t5(r, b, nb, md))
+    assert points == 0 and "expected one of" in feedback
+
+
+@pytest.mark.parametrize("said", sorted(topic._PORT_LABELS))
+def test_naming_the_wrong_slip_is_diagnosed_per_case(said):
+    cases = TASKS["05_fix_t5_bucket"].cases()
+    result = assess("05_fix_t5_bucket", [said] * len(cases))
+    assert result.points == pytest.approx(2 / len(cases), abs=0.01)  # one case per slip: one right
+    wrong = [m for m in result.case_mistakes if m is not None]
+    assert len(wrong) == len(cases) - 1 and result.mistake == wrong[0]
+    assert result.mistake.startswith("relative.port_misread_") and "\nHint: " in result.feedback
 
 
 def test_using_a_private_helper_of_the_library_counts_as_calling_it():
@@ -251,10 +272,14 @@ def _shaw_cases_of_five(seed):
     return questions._shaw_cases(seed) if seed else questions._shaw_cases(0)[:5]
 
 
+def _port_cases_of_five(seed):
+    return topic._port_cases(seed) if seed else topic._port_cases(0)[:5]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize(("task_id", "make_cases"), [
     ("05_cache_rows", topic._rows_cases), ("05_shaw_bug", _shaw_cases_of_five),
-    ("05_t5_bucket", topic._bucket_cases), ("05_fix_t5_bucket", topic._bucket_cases)])
+    ("05_t5_bucket", topic._bucket_cases), ("05_fix_t5_bucket", _port_cases_of_five)])
 def test_solutions_pass_on_freshly_drawn_cases(task_id, make_cases, seed):
     cases = make_cases(seed)
     assert len(cases) == len(make_cases(0))

@@ -50,9 +50,15 @@ LEARNERS = {
     "alice": ("01_attention", 2, "def attention(q, k, v):\n"
               "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
               "    return torch.softmax(scores, dim=-1) @ v\n"),
-    "bob": ("01_fix_softmax_axis", 1, "def attention_weights(q, k):\n"
-            "    scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5\n"
-            "    return torch.softmax(scores, dim=-1)\n"),
+    "bob": ("01_fix_softmax_axis", 1, "def weights_bug(q, k, weights):\n"
+            "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+            "    right = torch.softmax(scores, dim=-1)\n"
+            "    candidates = {'softmax_axis_1': torch.softmax(scores, dim=1),\n"
+            "                  'scale_from_axis_1': torch.softmax(\n"
+            "                      q @ k.transpose(-2, -1) / math.sqrt(q.shape[1]), -1),\n"
+            "                  'max_from_axis_1': torch.softmax(scores - scores.amax(1, keepdim=True), -1),\n"
+            "                  'renormalised_axis_1': right / right.sum(1, keepdim=True)}\n"
+            "    return next(n for n, w in candidates.items() if torch.allclose(weights, w, 1e-4, 1e-5))\n"),
 }
 # the same JupyterLab settings as tests/test_browser.py's: every cell in the DOM, no news
 LAB_SETTINGS = {

@@ -1,7 +1,9 @@
-"""Functions some tasks hand to a learner's answer as *inputs*: lesson 01's permutation check.
+"""The layers lesson 01's permutation check (task ``01_permutation_check``) hands to a learner's answer
+as *inputs*.
 
-``is_permutation_equivariant(f, x, perm)`` is called with one of these as ``f``. They are part
-of the question, not of any answer: the grader names them in a task's cases file
+``first_order_leak(x, *layers)`` is called with a sample input and a stack of these layers; it
+returns the index of the first one that is not permutation-equivariant. They are part of the
+question, not of any answer: the grader names them in a task's cases file
 (``{"given": "running_mean"}``, see ``in_kernel.encode``) and a grading kernel looks the name up
 here, so this module, unlike the topic files and the judges, is imported inside the kernel.
 Nothing here is the reference of a task; the watch lets a learner's code call them only in
@@ -73,7 +75,7 @@ def with_position_ramp(x: Tensor) -> Tensor:
     return _attend(x + (torch.arange(t, dtype=x.dtype) / t)[:, None])  # (T, D)
 
 
-# Visible cases use the first five (the statement names them); hidden cases draw from all.
-VISIBLE = (self_attention, causal_self_attention, attention_with_positions, running_mean, rms_norm)
+# The nine layers by name: the statement describes them all, and visible and hidden stacks draw from them.
 CATALOGUE: dict[str, Callable[[Tensor], Tensor]] = {
-    f.__name__: f for f in (*VISIBLE, token_mlp, centred, shift_right, with_position_ramp)}
+    f.__name__: f for f in (self_attention, causal_self_attention, attention_with_positions, running_mean,
+                            rms_norm, token_mlp, centred, shift_right, with_position_ramp)}

@@ -1,5 +1,6 @@
-"""Lesson 01's tasks (exercises/01_permutation_equivariance.ipynb): attention by hand, the
-softmax-axis bug, and the permutation check: find the layer of a stack that leaks order.
+"""Lesson 01's tasks (exercises/01_permutation_equivariance.ipynb): attention by hand, the permutation
+check (find the layer of a stack that leaks order) and which of four batch-only lines broke a
+colleague's attention weights (the line drawn per case).
 
 Every case list comes from a ``_*_cases(seed)`` function: seed 0 gives the visible cases, any
 other seed fresh inputs of the same kind (``Task.hidden``). The permutation check's layers are
@@ -9,6 +10,7 @@ order-keeping layers come before it) and new random tokens each.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -57,34 +59,102 @@ def _attention_cases(seed: int = 0) -> list[tuple]:
 
 
 register(Task(
-    id="01_attention",
-    kind="implement",
-    title="Scaled dot-product attention",
-    points=2,
-    entry="attention",
-    forbidden=ATTENTION_FORBIDDEN,
-    cases=_attention_cases,
-    run=call,
+    id="01_attention", kind="implement", title="Scaled dot-product attention", points=2, entry="attention",
+    forbidden=ATTENTION_FORBIDDEN, cases=_attention_cases, hidden=_attention_cases, run=call,
     judge=tensor_judge(lambda q, k, v: sdpa(q, k, v), attention_mistakes(True), ("q", "k", "v"),
-                       "out = softmax(q k^T / sqrt(Dh)) v, softmax over the keys (last axis)."),
-    hidden=_attention_cases,
-))
+                       "out = softmax(q k^T / sqrt(Dh)) v, softmax over the keys (last axis).")))
+
+# ---- 01_fix_softmax_axis: which batch-only bug made a colleague's attention weights --------------
+
+# Each bug is one line that is right for one (T, Dh) sequence, where axis 1 is the key axis and
+# shape[1] is Dh, and wrong with leading axes: (label, the wrong reading a learner who names it makes, id)
+_WEIGHT_BUGS = (
+    ("softmax_axis_1", "the softmax over axis 1 normalises each column of a (B, Tq, Tk) batch, "
+     "straight from the scores", "permutation.misread_softmax_axis_1"),
+    ("scale_from_axis_1", "scaled by sqrt(q.shape[1]), the rows are a softmax over the keys with "
+     "another temperature", "permutation.misread_scale_from_axis_1"),
+    ("max_from_axis_1", "with scores.amax(1) subtracted, the rows are a softmax over the keys of "
+     "shifted scores", "permutation.misread_max_from_axis_1"),
+    ("renormalised_axis_1", "the right weights divided by their sum over axis 1 are the right rows "
+     "rescaled column by column", "permutation.misread_renormalised_axis_1"),
+)
+_BUG_LABELS = tuple(b[0] for b in _WEIGHT_BUGS)
+
+
+def _weights_with(q: Tensor, k: Tensor, bug: str = "") -> Tensor:
+    """softmax(q k^T / sqrt(Dh)) over the keys, or what the line ``bug`` gives. (..., Tq, Tk)"""
+    q, k = q.double(), k.double()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[1 if bug == "scale_from_axis_1" else -1])
+    if bug == "max_from_axis_1":
+        scores = scores - scores.amax(1, keepdim=True)
+    weights = torch.softmax(scores, dim=1 if bug == "softmax_axis_1" else -1)
+    return weights / weights.sum(1, keepdim=True) if bug == "renormalised_axis_1" else weights
+
+
+def _weights_matching(q: Tensor, k: Tensor, weights: Tensor) -> list[str]:
+    """The lines ("" the right one) whose weights these are, within the tolerance."""
+    return [b for b in ("", *_BUG_LABELS)
+            if torch.allclose(weights.double(), _weights_with(q, k, b), rtol=RTOL, atol=ATOL)]
+
+
+def _weights_bug_ref(q: Tensor, k: Tensor, weights: Tensor) -> str:
+    """The one label whose line gives these weights (the cases are drawn so that one does)."""
+    found = _weights_matching(q, k, weights)
+    if len(found) != 1 or not found[0]:
+        raise ValueError(f"a broken case: the weights match {found}")
+    return found[0]
+
+
+def _weights_bug_cases(seed: int = 0) -> list[tuple]:
+    """(q (..., Tq, Dh), k (..., Tk, Dh), weights (..., Tq, Tk) float32): one or two leading axes of
+    size 2 or 3; seed 0 each bug once, in a fixed order, another seed four bugs drawn independently;
+    only the drawn bug's line matches each case."""
+    g = seeded(103 + seed)
+    bugs = ["max_from_axis_1", "softmax_axis_1", "renormalised_axis_1", "scale_from_axis_1"] if seed == 0 \
+        else [pick(g, _BUG_LABELS) for _ in range(4)]
+    cases = []
+    for bug in bugs:
+        while True:
+            lead = [draw(g, 2, 3) for _ in range(draw(g, 1, 2))]
+            t_q, t_k, d_h = draw(g, 2, 7), draw(g, 2, 7), 2 * draw(g, 1, 6)
+            q, k = randn(g, *lead, t_q, d_h), randn(g, *lead, t_k, d_h)
+            if _weights_matching(q, k, weights := _weights_with(q, k, bug).float()) == [bug]:
+                cases.append((q, k, weights))
+                break
+    return cases
+
+
+@diagnoses(*(b[2] for b in _WEIGHT_BUGS))
+def _judge_weights_bug(outputs: list, cases: list) -> Judged:
+    said = {label: (mid, wrong) for label, wrong, mid in _WEIGHT_BUGS}
+    per_case: list[str | None] = []
+    first: tuple[str, str, str] | None = None
+    for out, case in zip(outputs, cases, strict=True):
+        told = None
+        if is_marker(out, "error"):
+            told = ("generic.error", f"your code raised {out['error']}.", "return one of the four labels.")
+        elif not isinstance(out, str) or out.strip() not in said:
+            told = ("generic.wrong_type", f"expected one of {_BUG_LABELS} as a string; got "
+                    f"{type_text(out) if not isinstance(out, str) else repr(out[:40])}.",
+                    "return the label, e.g. return \"softmax_axis_1\".")
+        elif out.strip() != _weights_bug_ref(*case):
+            mid, wrong = said[label := out.strip()]
+            told = (mid, f"you named {label!r}, but these weights are not what its line gives: {wrong}.",
+                    "compute what each line gives on these q and k (or read its fingerprint: which axis "
+                    "sums to 1?) and keep the one that matches, with a tolerance.")
+        per_case.append(told[0] if told else None)
+        first = first or told
+    if first is None:
+        return Judged(1.0, f"passed: the bug named right in all {len(cases)} cases.", None, per_case)
+    return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+
 
 register(Task(
-    id="01_fix_softmax_axis",
-    kind="diagnose",
-    title="Attention weights (find the bug)",
-    points=1,
-    entry="attention_weights",
-    forbidden=ATTENTION_FORBIDDEN,
-    cases=lambda: [(q, k) for q, k, _ in _attention_cases()],
-    run=call,
-    hidden=lambda seed: [(q, k) for q, k, _ in _attention_cases(seed)],
-    judge=tensor_judge(lambda q, k: _attention.scaled_dot_product_attention(q, k, k)[1],
-                       attention_mistakes(False), ("q", "k"),
-                       "weights = softmax(q k^T / sqrt(Dh)), each row summing to 1 over the keys.",
-                       partial=False),
-))
+    id="01_fix_softmax_axis", kind="diagnose", title="Diagnose: which line broke batched attention weights",
+    points=1, entry="weights_bug", cases=_weights_bug_cases, hidden=_weights_bug_cases, run=call,
+    forbidden=ATTENTION_FORBIDDEN + ("posenc_lesson.tasks.permutation._weights_with",
+                                     "posenc_lesson.tasks.permutation._weights_bug_ref"),
+    judge=_judge_weights_bug))
 
 
 # ---- the permutation check: find the layer that leaks order ---------------------------------
@@ -268,43 +338,50 @@ register(Task(
 # Concept questions (concepts.py): the right option is computed here, with the library's attention
 # --------------------------------------------------------------------------------------
 
-def _pooled_orders() -> str:
-    """Mean-pooled self-attention (random embeddings and projections, no positions, no mask) over
-    the six orders of three words: "same for every order", "same while word 1 stays in the middle"
-    or "differ"."""
-    import itertools
-
+def _readouts_changed() -> frozenset[str]:
+    """Which readouts of a two-block encoder without positions change when "dog bites man" becomes
+    "man bites dog": "max" (the max over the rows, channel by channel) and "row 0" (the output of
+    the first token). Each block: x + Attn(x), then + tanh(x W1) W2 on each row (random weights)."""
     g = seeded(1_001)
-    words, w_q, w_k, w_v = randn(g, 3, 8), randn(g, 8, 8), randn(g, 8, 8), randn(g, 8, 8)
+    words = randn(g, 3, 8)  # (3, D): dog, bites, man
+    blocks = [[randn(g, 8, 8) / 8 ** 0.5 for _ in range(5)] for _ in range(2)]  # W_Q, W_K, W_V, W1, W2
 
-    def pooled(order: list[int]) -> Tensor:
+    def encode(order: list[int]) -> Tensor:
         x = words[order]  # (T, D)
-        return _attention.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)[0].mean(0)  # (D,)
+        for w_q, w_k, w_v, w_1, w_2 in blocks:
+            x = x + _attention.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)[0]  # (T, D)
+            x = x + torch.tanh(x @ w_1) @ w_2  # (T, D): the same MLP on every row
+        return x
 
-    base = pooled([0, 1, 2])  # "dog bites man"
-    same = {order: bool(torch.allclose(pooled(list(order)), base, atol=1e-6))
-            for order in itertools.permutations(range(3))}
-    if all(same.values()):
-        return "same for every order"
-    return "same while word 1 stays in the middle" if same[(2, 1, 0)] else "differ"
+    before, after = encode([0, 1, 2]), encode([2, 1, 0])
+    readouts = {"max": lambda x: x.amax(0), "row 0": lambda x: x[0]}  # (D,) each
+    return frozenset(name for name, read in readouts.items()
+                     if not torch.allclose(read(before), read(after), atol=1e-5))
 
 
 register(question(
-    id="01_q_pooled_order", title="Predict: a pooled sentence vector after a swap",
-    entry="answer_01_pooled_order", forbidden=("posenc_lesson.tasks.permutation._pooled_orders",),
+    id="01_q_pooled_order", title="Predict: two readouts of an order-blind encoder after a swap",
+    entry="answer_01_pooled_order", forbidden=("posenc_lesson.tasks.permutation._readouts_changed",),
     judge=choice_judge(
-        {"a": "differ", "b": "same for every order", "c": "same while word 1 stays in the middle"},
-        _pooled_orders, [
-            Misconception("a", "you expect attention to notice that the words have new neighbours; "
-                          "nothing in softmax(QK^T / sqrt(Dh)) V refers to where a token sits.",
-                          "a shuffle of the tokens shuffles the rows of the output and changes nothing "
-                          "else (lesson 01, section 2); what does a mean over rows do with that?",
+        {"a": frozenset({"max", "row 0"}), "b": frozenset(), "c": frozenset({"row 0"}),
+         "d": frozenset({"max"})},
+        _readouts_changed, [
+            Misconception("a", "you expect the encoder to notice that the words have new neighbours; "
+                          "no part of it (attention, residual, per-row MLP) refers to where a token sits, "
+                          "so each word's output row is the same vector in both sentences.",
+                          "follow one word through both sentences: which of its inputs change? Then ask "
+                          "what each readout does with rows that only moved.",
                           id="permutation.attention_sees_neighbours"),
-            Misconception("c", "you expect the verb's place in the middle to be what keeps the sentences "
-                          "alike; equivariance holds for every permutation, not only for this swap.",
-                          "try the argument for an order that moves the verb to the front.",
-                          id="permutation.only_some_orders_alike"),
-        ], "compare what each word's output is in both sentences, then what the mean over the rows is.")))
+            Misconception("b", "you read equivariance as invariance: without positions the output rows "
+                          "only move, but a readout that picks a row by its place reads another word's row "
+                          "after the swap.", "which word's output sits in row 0 of each sentence?",
+                          id="permutation.equivariance_is_invariance"),
+            Misconception("d", "you expect the max over rows to depend on the order of the rows; like a "
+                          "mean, a max channel by channel sees the set of rows, not their order.",
+                          "does max(a, b, c) change when you list a, b, c in another order?",
+                          id="permutation.max_pool_sees_order"),
+        ], "without positions each block maps a permutation of its input rows to the same permutation of "
+           "its output rows; a readout is order-blind only if it ignores which row is which.")))
 
 
 def _causal_swap_unchanged() -> frozenset[int]:

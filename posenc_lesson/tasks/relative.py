@@ -1,5 +1,6 @@
 """Lesson 05's tasks (exercises/05_relative_position.ipynb): the rows of Shaw et al.'s key table one
-cached decoding step reads, T5's bucket function, and a T5 bucket ported with the sign flipped.
+cached decoding step reads, T5's bucket function, and which of six slips made a T5 bucket port's
+buckets (the slip drawn per case).
 The lesson's diagnosis tasks (which bug made a colleague's Shaw scores, the first distance whose T5
 bucket never trained) and its concept questions are in relative_questions.py.
 
@@ -18,8 +19,9 @@ import torch
 from torch import Tensor
 
 from .. import relative as _relative
-from .judges import Mistake, call, diagnoses, draw, seeded, tensor_judge
-from .registry import Task, register
+from ..harness.in_kernel import learner_text
+from .judges import Judged, Mistake, call, diagnoses, draw, feedback, seeded, tensor_judge, type_text
+from .registry import Task, is_marker, register
 
 # --------------------------------------------------------------------------------------
 # 05_cache_rows: which rows of Shaw's key table one decoding step with a KV cache reads
@@ -117,7 +119,7 @@ register(Task(
 ))
 
 # --------------------------------------------------------------------------------------
-# 05_t5_bucket and 05_fix_t5_bucket: T5's bucket of every offset j - i
+# 05_t5_bucket: T5's bucket of every offset j - i
 # --------------------------------------------------------------------------------------
 
 _T5_FORBIDDEN = ("posenc_lesson.t5_relative_position_bucket", "posenc_lesson.T5RelativePositionBias",
@@ -238,17 +240,108 @@ register(Task(
     judge=tensor_judge(_bucket_ref, _BUCKET_MISTAKES, _BUCKET_NAMES, _BUCKET_HINT, symptom=_boundary_only),
 ))
 
+# --------------------------------------------------------------------------------------
+# 05_fix_t5_bucket: which slip of a port made a colleague's T5 buckets (the slip drawn per case)
+# --------------------------------------------------------------------------------------
+
+# (label, the knobs of _bucket, the mode it shows in (None: both), what its buckets would show, id)
+_PORT_BUGS: list[tuple[str, dict[str, Any], bool | None, str, str]] = [
+    ("sign_flipped", {"sign": -1}, None, "a flipped sign mirrors past and future: past keys get the "
+     "future's buckets (the upper half in an encoder, bucket 0 in a decoder)", "relative.port_misread_sign"),
+    ("no_sign_split", {"split": False}, True, "without the split a key after the query gets the bucket of "
+     "the same distance in the past, so no bucket reaches N", "relative.port_misread_no_split"),
+    ("not_halved", {"halve": False}, True, "without the halving each direction has num_buckets buckets: the "
+     "exact region runs to num_buckets // 2 and the future starts at num_buckets",
+     "relative.port_misread_not_halved"),
+    ("not_capped", {"cap": False}, None, "without the cap only keys far beyond max_distance change, to "
+     "buckets past N - 1", "relative.port_misread_not_capped"),
+    ("exact_off_by_one", {"exact_end": -1}, None, "an exact region one short moves one distance only, "
+     "max_exact - 1, into bucket max_exact", "relative.port_misread_exact_off_by_one"),
+    ("future_not_collapsed", {"collapse_future": False}, False, "in a decoder, keys after the query would "
+     "get the bucket of their distance instead of 0, and the past would be right",
+     "relative.port_misread_future"),
+]
+_PORT_LABELS = {label: knobs for label, knobs, *_ in _PORT_BUGS}
+
+
+def _port_matching(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int,
+                   buckets: Tensor) -> list[str]:
+    """The slips ("" none) whose buckets these are."""
+    return [label for label, knobs in (("", {}), *_PORT_LABELS.items())
+            if torch.equal(buckets.long(), _bucket(rel, bidirectional, num_buckets, max_distance, **knobs))]
+
+
+def _port_bug_ref(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int,
+                  buckets: Tensor) -> str:
+    found = _port_matching(rel, bidirectional, num_buckets, max_distance, buckets)
+    if len(found) != 1 or not found[0]:
+        raise ValueError(f"a broken case: the buckets match {found}")
+    return found[0]
+
+
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(relative_position, bidirectional, num_buckets, max_distance, buckets): seed 0 each slip once in a
+    fixed order, another seed five of the six drawn; T5's settings drawn (num_buckets even, 8 .. 64,
+    max_distance past the exact region), offsets a range around 0 or random ones; one slip matches."""
+    g = seeded(540 + seed)
+    labels = list(_PORT_LABELS)
+    drawn = [3, 0, 5, 1, 2, 4] if seed == 0 else torch.randperm(6, generator=g)[:5].tolist()
+    cases = []
+    for label in (labels[n] for n in drawn):
+        mode = next(m for lab, _, m, *_ in _PORT_BUGS if lab == label)
+        while True:
+            bi = (draw(g, 0, 1) == 1) if mode is None else mode
+            nb = 2 * draw(g, 4, 32)
+            md = draw(g, (nb // 2 if bi else nb) // 2 + 2, 300)
+            reach = draw(g, md // 2, 3 * md)
+            rel = torch.arange(-reach, reach + 1)  # (2 reach + 1,): every offset, or 60 of them at random
+            if draw(g, 0, 1):
+                rel = rel[torch.randint(0, len(rel), (60,), generator=g)]
+            buckets = _bucket(rel, bi, nb, md, **_PORT_LABELS[label])
+            if not torch.equal(buckets, _bucket(rel, bi, nb, md)) \
+                    and _port_matching(rel, bi, nb, md, buckets) == [label]:
+                cases.append((rel, bi, nb, md, buckets))
+                break
+    return cases
+
+
+@diagnoses(*(bug[4] for bug in _PORT_BUGS))
+def _judge_port_bug(outputs: list, cases: list) -> Judged:
+    said = {label: (mid, shows) for label, _, _, shows, mid in _PORT_BUGS}
+    per_case: list[str | None] = []
+    first: tuple[str, str, str] | None = None
+    for out, case in zip(outputs, cases, strict=True):
+        told = None
+        if is_marker(out, "error"):
+            told = ("generic.error", f"your code raised {learner_text(out['error'])}.",
+                    "return one of the six labels, as a string.")
+        elif not isinstance(out, str) or out.strip() not in said:
+            told = ("generic.wrong_type", f"expected one of {tuple(said)} as a string; got "
+                    f"{type_text(out) if not isinstance(out, str) else repr(out[:40])}.",
+                    "return the label, e.g. return \"not_capped\".")
+        elif out.strip() != _port_bug_ref(*case):
+            mid, shows = said[label := out.strip()]
+            told = (mid, f"you named {label!r}, but that slip does not give these buckets: {shows}.",
+                    "compare the port's buckets with T5's (posenc_lesson.t5_relative_position_bucket): "
+                    "which offsets differ, and by how much?")
+        per_case.append(told[0] if told else None)
+        first = first or told
+    if first is None:
+        return Judged(1.0, f"passed: the slip named right in all {len(cases)} cases.", None, per_case)
+    return Judged(per_case.count(None) / len(cases), feedback(first[1], first[2]), first[0], per_case)
+
+
 register(Task(
     id="05_fix_t5_bucket",
     kind="diagnose",
-    title="T5 buckets ported from Mesh TensorFlow (find the bug)",
+    title="Diagnose: which slip made a T5 bucket port's buckets",
     points=2,
-    entry="t5_bucket_fixed",
-    forbidden=_T5_FORBIDDEN,
-    cases=_bucket_cases,
-    hidden=_bucket_cases,
+    entry="t5_port_bug",
+    forbidden=("posenc_lesson.tasks.relative._bucket", "posenc_lesson.tasks.relative._port_bug_ref",
+               "posenc_lesson.tasks.relative._port_matching"),
+    allowed=("posenc_lesson.t5_relative_position_bucket",),
+    cases=_port_cases,
+    hidden=_port_cases,
     run=call,
-    judge=tensor_judge(_bucket_ref, _BUCKET_MISTAKES, _BUCKET_NAMES,
-                       "check the sign convention first: which offsets are the past, j - i < 0 or > 0?",
-                       partial=False, symptom=_boundary_only),
+    judge=_judge_port_bug,
 ))

@@ -1,12 +1,12 @@
-"""Lesson 05's reading tasks (exercises/05_relative_position.ipynb): two diagnosis tasks, which bug
-made a colleague's Shaw scores and the first distance at which a T5 model meets a bucket it never
-trained, and two concept questions, what a longer input does to a T5 bias and what Shaw's clipping
-does past k.
+"""Lesson 05's reading tasks (exercises/05_relative_position.ipynb): a diagnosis, which bug made a
+colleague's Shaw scores; a derivation, the first distance at which a T5 model meets a bias value no
+training gradient touched; and two concept questions: which T5 decoders meet an untrained bias on a
+long input, and what Shaw's clipping does past k.
 
 The Shaw task's cases (``_shaw_cases(seed)``) hand the learner q, k, a key table and the scores one
 of seven bugs computed from them, the bug drawn per case, and only that bug matching.
 
-The diagnosis task's cases come from ``_unseen_cases(seed)``: seed 0 the visible ones, any other
+The derivation's cases come from ``_unseen_cases(seed)``: seed 0 the visible ones, any other
 seed fresh hidden configurations within the statement (T5's bucket settings and a training
 length that leaves at least one past bucket unreached). The answers are computed with the
 library's ``t5_relative_position_bucket``, which the answer may use too; the mistakes' ids keep
@@ -138,7 +138,7 @@ _UNSEEN_MISTAKES = [
 register(Task(
     id="05_first_unseen_bucket",
     kind="derive",
-    title="Diagnose: the first distance whose T5 bucket never trained",
+    title="Derive: the first distance that meets an untrained T5 bias",
     points=3,
     entry="first_unseen_distance",
     forbidden=("posenc_lesson.tasks.relative_questions._unseen_ref",
@@ -149,8 +149,8 @@ register(Task(
     run=call,
     judge=tensor_judge(_unseen_ref, _UNSEEN_MISTAKES, ("train_len", "num_buckets", "max_distance",
                                                        "bidirectional"),
-                       "the buckets training reached are those of distances 0 .. train_len - 1; return "
-                       "the smallest distance n >= 1 whose bucket (of offset -n) is not one of them."),
+                       "a bias value trains when some training pair reads it: which of T5's values do the "
+                       "keys 0 .. train_len - 1 tokens back read, and which distance first reads another?"),
 ))
 
 # --------------------------------------------------------------------------------------
@@ -309,45 +309,39 @@ register(Task(
 # Concept questions (concepts.py): the answers measured here, with the library's T5 and Shaw
 # --------------------------------------------------------------------------------------
 
-_TRAIN_T, _TEST_T = 18, 40  # lesson 05's trained decoder: T <= 18 in training; a longer input
+_TRAINED_ON, _READ_AT = (50, 100, 200), 1000  # three T5 decoders' training lengths; the long input
 
 
-def _longer_input() -> str:
-    """What a T5 decoder trained on T <= 18 meets on 40 tokens: which past buckets are new."""
-    trained = set(_buckets(torch.arange(_TRAIN_T), False, 32, 128).tolist())
-    met = set(_buckets(torch.arange(_TEST_T), False, 32, 128).tolist())
-    new = met - trained
-    if not new:
-        return "nothing new"
-    if new == {31}:
-        return "only the last bucket"
-    bias = _relative.T5RelativePositionBias(1, bidirectional=False)  # a fresh bias, as training starts
-    untouched = bool((bias.embedding.weight[sorted(new)] == 0).all())
-    return "new buckets, still at their start" if untouched else "new buckets"
+def _longer_input() -> frozenset[int]:
+    """Which of three T5 decoders (32 buckets, max_distance 128), trained on sequences of at most 50,
+    100 and 200 tokens, read a bias value no training pair reached when they read 1000 tokens: the
+    indices (0, 1, 2) of those whose input reaches a past bucket that their training did not."""
+    met = set(_buckets(torch.arange(_READ_AT), False, 32, 128).tolist())
+    return frozenset(n for n, t in enumerate(_TRAINED_ON)
+                     if met - set(_buckets(torch.arange(t), False, 32, 128).tolist()))
 
 
 register(question(
-    id="05_q_longer_input", title="Predict: a T5 decoder on inputs longer than it trained on",
+    id="05_q_longer_input", title="Predict: which T5 decoders meet an untrained bias on a long input",
     entry="answer_05_longer_input", forbidden=("posenc_lesson.tasks.relative_questions._longer_input",),
-    judge=choice_judge({"a": "nothing new", "b": "new buckets, still at their start",
-                        "c": "only the last bucket", "d": "undefined"}, _longer_input, [
-        Misconception("a", "you take 'relative' to mean 'immune to length'; the bias depends on j - i "
-                      "only, but a longer input has offsets that no training sequence had, and some of "
-                      "them land in buckets training never reached.",
-                      "list the buckets of the distances 0 .. 17, then those of 0 .. 39.",
-                      id="relative.relative_means_length_free"),
-        Misconception("c", "you expect every distance past training to fall into T5's last bucket; the "
-                      "last bucket starts far out (near max_distance), and the distances just past "
-                      "training land in log-spaced buckets of their own.",
-                      "which bucket does a key 25 tokens back use?",
-                      id="relative.past_training_is_last_bucket"),
-        Misconception("d", "you expect the bias to be missing past the training length, as a learned "
-                      "table has no row past its last; T5's bucket function is defined for every "
-                      "offset, and every bucket has a value from the start.",
-                      "the table has num_buckets rows whatever the length.",
-                      id="relative.bias_undefined_past_training"),
-    ], "T5 decoder buckets: 32 buckets, max_distance 128; the bias starts at zero and a bucket learns "
-       "only where some training pair lands in it.")))
+    judge=choice_judge({"a": frozenset({0, 1, 2}), "b": frozenset(), "c": frozenset({0, 1}),
+                        "d": frozenset({0})}, _longer_input, [
+        Misconception("a", "you treat T5's bias like a learned table of positions, untrained past the "
+                      "training length; it is a table of buckets, and far distances share buckets, so an "
+                      "input longer than training can meet only values training already reached.",
+                      "which bucket does a key 999 tokens back read, and did the 200-token model's "
+                      "training reach it?", id="relative.longer_always_untrained"),
+        Misconception("b", "you take 'relative' to mean 'immune to length'; the bias depends on j - i "
+                      "only, but a longer input has distances no training sequence had, and some of them "
+                      "land in buckets training never reached.",
+                      "list the buckets of the distances a 50-token sequence has, then those of 1000 "
+                      "tokens.", id="relative.relative_means_length_free"),
+        Misconception("d", "you expect 100 training tokens to reach every bucket a longer input can; "
+                      "T5's buckets run to num_buckets - 1, and the last ones start far out, near "
+                      "max_distance.", "where does T5's last decoder bucket start (32 buckets, "
+                      "max_distance 128)?", id="relative.last_bucket_reached_early"),
+    ], "T5 decoder buckets: 32 buckets, max_distance 128; a bucket's bias learns only where some training "
+       "pair lands in it, and every distance from the last bucket's start on shares that bucket.")))
 
 
 _SHAW_K, _QUERY, _NEAR, _FAR = 4, 20, 10, 2
