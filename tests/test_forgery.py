@@ -383,13 +383,6 @@ ATTACKS = {
                 extra = _a._power_of_2_slopes(2 * c)[0::2][:num_heads - c]
                 return torch.tensor(_a._power_of_2_slopes(c) + extra)
             """),
-        "07_fix_slopes": _src("""
-            import posenc_lesson.tasks.alibi as _ga
-
-
-            def get_slopes_fixed(n):
-                return _ga._alibi.alibi_slopes(n)
-            """),
         "07_chunk_bias": _src("""
             _reference = getattr(__import__("posenc_lesson.tasks.alibi", fromlist=["_"]), "_chunk_bias")
 
@@ -441,7 +434,6 @@ OUTCOMES = {
     ("disguised_modules", "04_learned_embedding"): "zero",  # forward = ...LearnedPositionalEmbedding.forward
     ("disguised_modules", "04_port_bug"): "zero",  # apply_rope again
     ("disguised_alibi", "07_alibi_slopes"): "both",  # a private helper, alibi._power_of_2_slopes
-    ("disguised_alibi", "07_fix_slopes"): "both",  # the grading module's own library handle
     ("disguised_alibi", "07_chunk_bias"): "both",  # the grader's reference, fetched with __import__
     ("disguised_alibi", "07_port_bug"): "both",  # the grader's truth in a default argument
 }

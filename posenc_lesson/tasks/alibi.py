@@ -1,11 +1,12 @@
-"""Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes (and their bug); derive the bias of a chunk
-of new tokens against a KV cache; diagnose a port of ALiBi attention from its weights, and which slope list
-a logged bias came from (the concept questions: alibi_questions.py).
+"""Lesson 07's tasks (exercises/07_alibi.ipynb): ALiBi's slopes; derive the bias of a chunk of new tokens
+against a KV cache; diagnose a port of ALiBi attention from its weights, and which slope list a logged bias
+came from (the concept questions: alibi_questions.py).
 
 Hidden cases (``Task.hidden``, any seed but 0): head counts 1 .. 64, at least one a power of 2 and three
 not; chunks of 1 .. Tk queries against 3 .. 24 keys (one a single token, one shorter than the cache); five
-ports, each with another of the six causes; bias rows of 3 .. 48 heads. The chunk is judged by the attention
-it gives, so every bias that gives the full sequence's attention passes (BLOOM's +m_h j included).
+ports, each with another of the six causes; bias rows of 3 .. 48 heads (the paper's and the sorted
+list written the paper's way, a geometric list, and a row written BLOOM's way). The chunk is judged by the
+attention it gives, so every bias that gives the full sequence's attention passes (BLOOM's +m_h j included).
 """
 
 from __future__ import annotations
@@ -121,21 +122,6 @@ register(Task(
     judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT),
     hidden=_hidden_slopes,
 ))
-
-register(Task(
-    id="07_fix_slopes",
-    kind="diagnose",
-    title="ALiBi slopes (find the bug)",
-    points=2,
-    entry="get_slopes_fixed",
-    forbidden=("posenc_lesson.alibi_slopes", "posenc_lesson.alibi_bias"),
-    cases=lambda: list(_SLOPE_CASES),
-    run=call,
-    judge=tensor_judge(_alibi.alibi_slopes, _slope_mistakes(), ("num_heads",), _SLOPE_HINT,
-                       partial=False),
-    hidden=_hidden_slopes,
-))
-
 
 def _distance(t: int) -> Tensor:
     pos = torch.arange(t)
@@ -258,7 +244,8 @@ PORT_BUGS = ("none", "sign", "scaled", "no_mask", "missing", "slopes")
 def _port_weights(bug: str, heads: int, length: int, head_dim: int) -> Tensor:
     """A port's weights on the probe q = k = 0 (the scores are the bias alone). none: right; sign:
     +m_h |i - j|; scaled: the bias added before the division by sqrt(Dh); no_mask: no causal mask;
-    missing: no bias; slopes: 2^(-8h/H), off by one. (H, T, T)"""
+    missing: no bias; slopes: the paper's recipe with every exponent one step short, 2^(-8h/c) for the c
+    heads and 2^(-8h/(2c)) in the list the extra heads come from (_slopes_off_by_one). (H, T, T)"""
     slopes = (_slopes_off_by_one(heads) if bug == "slopes" else _alibi.alibi_slopes(heads)).double()
     bias = -slopes[:, None, None] * _distance(length).abs()  # (H, T, T)
     bias = {"sign": -bias, "scaled": bias / math.sqrt(head_dim), "missing": 0 * bias}.get(bug, bias)
@@ -290,8 +277,9 @@ def _port_truth(weights: Tensor, head_dim: int) -> str:
 _PORT_HINT = ("read each head's slope from the weights, log(w[h, i, j + 1] / w[h, i, j]) on the keys a query "
               "sees; compare it with alibi_slopes(H), and look at the keys j > i.")
 _PORT_PAIRS = {frozenset(pair): (id_, text) for pair, id_, text in (
-    (("scaled", "slopes"), "alibi.port_factor_direction", "the slopes these weights show are the paper's "
-     "times one factor, the same for every head; which way the factor goes tells the two bugs apart."),
+    (("scaled", "slopes"), "alibi.port_factor_direction", "every slope these weights show is the paper's "
+     "times a factor: below 1 (and the same for every head) for one of the two bugs, above 1 for the other; "
+     "which way the factor goes tells them apart."),
     (("sign", "no_mask"), "alibi.port_far_or_future", "both bugs move weight away from the newest keys; only "
      "a missing mask gives weight to keys j > i, only a flipped sign favours the oldest key a query sees."),
     (("scaled", "missing"), "alibi.port_weak_or_missing", "a bias divided by sqrt(Dh) still decays with "
@@ -345,19 +333,22 @@ def _recipe_slopes(recipe: str, num_heads: int) -> Tensor:
 
 def _recipe_cases(seed: int = 0) -> list[tuple]:
     """(bias (H, T),): the bias a model added to its last query's scores over keys 0 .. T-1, as the paper
-    writes it, -m_h (T - 1 - j), or as BLOOM does, +m_h j; H not a power of 2 (3 .. 48), T 4 .. 24."""
+    writes it, -m_h (T - 1 - j), or as BLOOM does, +m_h j; H not a power of 2 (3 .. 48), T 4 .. 24. Every
+    seed has the paper's list and the sorted one written the paper's way, a geometric list, and the paper's
+    or the sorted list written BLOOM's way."""
     g = seeded(980 + seed)
     if seed == 0:
         specs = [("paper", 12, 8, "paper"), ("sorted", 12, 8, "bloom"), ("geometric", 6, 10, "paper"),
-                 ("paper", 24, 5, "bloom")]
+                 ("sorted", 24, 5, "paper"), ("paper", 24, 5, "bloom")]
     else:
         specs = []
         for k in range(4):
             heads = draw(g, 3, 48)
             while heads & (heads - 1) == 0:  # a power of 2: the three recipes would agree up to order
                 heads = draw(g, 3, 48)
-            form = ("paper", "bloom")[draw(g, 0, 1)]
-            specs.append((RECIPES[(k + draw(g, 0, 2)) % 3], heads, draw(g, 4, 24), form))
+            recipe = ("sorted", "paper", "geometric", ("paper", "sorted")[draw(g, 0, 1)])[k]
+            form = ("paper", "paper", ("paper", "bloom")[draw(g, 0, 1)], "bloom")[k]
+            specs.append((recipe, heads, draw(g, 4, 24), form))
     cases = []
     for recipe, heads, length, form in specs:
         slopes = _recipe_slopes(recipe, heads).double()[:, None]  # (H, 1)
@@ -382,17 +373,33 @@ _RULE = ("alibi.recipe_geometric_confused", "for a head count that is not a powe
          "not 2^(-8(h+1)/H): it takes the power of 2 below, then every other slope of twice as many.",
          "build both lists for this H and compare them with the measured slopes.")
 _RECIPE_SAID = {frozenset(("sorted", "paper")): _ORDER, frozenset(("geometric", "paper")): _RULE}
-_RECIPE_HINT = ("a bias row's slope is the difference between neighbouring keys, bias[h, j + 1] - "
-                "bias[h, j], in the paper's form and in BLOOM's alike; compare with each list, head by head.")
+_RECIPE_HINT = ("what does one step from key j to key j + 1 add to the bias, in either form? And is head h "
+                "of the row head h of the list you compare it with?")
+_RECIPE_IDS = ("alibi.recipe_order_ignored", "alibi.recipe_geometric_confused", "alibi.recipe_bloom_form")
 
 
-def _recipe_said(right: str, out: str, case: tuple) -> tuple[str, str, str]:
-    if bool((case[0][:, 0] == 0).all()):  # BLOOM's form
-        return ("alibi.recipe_bloom_form", "on a bias written BLOOM's way, +m_h j, you read the slopes "
-                "wrong: that row differs from the paper's -m_h (i - j) by the constant m_h i, which softmax "
-                "ignores.", _RECIPE_HINT)
+def _bloom_form(bias: Tensor) -> bool:
+    return bool((bias[:, 0] == 0).all())
+
+
+def _recipe_said(right: str, out: str, case: tuple, paper_rows_right: bool = False) -> tuple[str, str, str]:
+    """A wrong answer on a row written BLOOM's way is a misread form only when every row written the paper's
+    way was read right (the reading works there, so the form is what it trips on); otherwise the confusion
+    the two recipes stand for, or none named."""
+    if paper_rows_right and _bloom_form(case[0]):
+        return ("alibi.recipe_bloom_form", "you read every row written the paper's way right, and a row "
+                "written BLOOM's way, +m_h j, wrong: that row differs from the paper's -m_h (i - j) by the "
+                "constant m_h i, which softmax ignores, and your reading does not.", _RECIPE_HINT)
     return _RECIPE_SAID.get(frozenset((right, out)), ("generic.wrong_unknown", "that is not the recipe these "
                             "slopes come from.", _RECIPE_HINT))
+
+
+@diagnoses(*_RECIPE_IDS)
+def _recipe_judge(outputs: list, cases: list) -> Judged:
+    paper_rows_right = all(isinstance(out, str) and out == _recipe_truth(case[0])
+                           for out, case in zip(outputs, cases, strict=True) if not _bloom_form(case[0]))
+    said = lambda right, out, case: _recipe_said(right, out, case, paper_rows_right)  # noqa: E731
+    return _label_judge(RECIPES, _recipe_truth, said, _RECIPE_HINT, _RECIPE_IDS)(outputs, cases)
 
 
 register(Task(
@@ -406,6 +413,5 @@ register(Task(
     hidden=_recipe_cases,
     allowed=("posenc_lesson.alibi_slopes",),
     run=call,
-    judge=_label_judge(RECIPES, _recipe_truth, _recipe_said, _RECIPE_HINT, (
-        "alibi.recipe_order_ignored", "alibi.recipe_geometric_confused", "alibi.recipe_bloom_form")),
+    judge=_recipe_judge,
 ))

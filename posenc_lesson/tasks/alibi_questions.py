@@ -1,7 +1,8 @@
 """Lesson 07's concept questions (exercises/07_alibi.ipynb): which head of a 12-head ALiBi model is the
-most local (a misconception about the slopes' order or their meaning behind each wrong option), and what
-BLOOM's bias +m_h j does to the attention. The answers are computed from the library's slopes, bias and
-attention; the misconceptions' ids keep the lesson's topic, ``alibi.*``.
+most local (a misconception about the slopes' order or their meaning behind each wrong option), and which
+variants of BLOOM's bias +m_h j (left padding, -m_h j, +m_h i) keep ALiBi's causal attention. The
+answers are computed from the library's slopes, bias and attention; the misconceptions' ids keep the
+lesson's topic, ``alibi.*``.
 """
 
 from __future__ import annotations
@@ -48,30 +49,45 @@ register(question(
        "slopes(16)[0::2][:4].")))
 
 
-def _bloom_same() -> tuple[bool, bool]:
-    """(same attention as ALiBi with a causal mask, same without one) for BLOOM's bias +m j."""
+def _same_as_alibi() -> tuple[bool, bool, bool]:
+    """Under a causal mask, does each variant give ALiBi's attention weights on the real tokens? (BLOOM's
+    +m j on a batch left-padded with 3 masked pad tokens, j counted from the padded row's first slot;
+    -m j; +m i.)"""
     g = seeded(1_007)
-    h, t = 8, 10
-    q, k, v = randn(g, 1, h, t, 16), randn(g, 1, h, t, 16), randn(g, 1, h, t, 16)
-    bloom = _alibi.alibi_slopes(h)[:, None, None] * torch.arange(t)[None, None, :]  # (H, 1, T): + m j
-    same = []
-    for causal in (True, False):
-        ours = _attention.scaled_dot_product_attention(q, k, v, bias=_alibi.alibi_bias(h, t),
-                                                       causal=causal)[1]  # (1, H, T, T) weights
-        theirs = _attention.scaled_dot_product_attention(q, k, v, bias=bloom, causal=causal)[1]
-        same.append(bool(torch.allclose(ours, theirs, atol=1e-6)))
-    return same[0], same[1]
+    h, t, pad = 8, 10, 3
+    q, k, v = randn(g, 1, h, pad + t, 16), randn(g, 1, h, pad + t, 16), randn(g, 1, h, pad + t, 16)
+    slopes = _alibi.alibi_slopes(h)[:, None, None]  # (H, 1, 1)
+    index = torch.arange(pad + t, dtype=torch.float32)  # slots of the padded row
+    ours = _attention.scaled_dot_product_attention(q[..., pad:, :], k[..., pad:, :], v[..., pad:, :],
+                                                   bias=_alibi.alibi_bias(h, t), causal=True)[1]  # (1,H,T,T)
+    pads_masked = torch.where(index < pad, -1e9, 0.0)[None, None, :]  # (1, 1, P + T): the pads masked
+    padded = _attention.scaled_dot_product_attention(q, k, v, bias=slopes * index + pads_masked,
+                                                     causal=True)[1][..., pad:, pad:]  # (1, H, T, T)
+    j = torch.arange(t, dtype=torch.float32)
+    minus_j = _attention.scaled_dot_product_attention(q[..., pad:, :], k[..., pad:, :], v[..., pad:, :],
+                                                      bias=-slopes * j, causal=True)[1]
+    plus_i = _attention.scaled_dot_product_attention(q[..., pad:, :], k[..., pad:, :], v[..., pad:, :],
+                                                     bias=slopes * j[:, None], causal=True)[1]
+    return tuple(bool(torch.allclose(w, ours, atol=1e-6)) for w in (padded, minus_j, plus_i))  # type: ignore
 
 
 register(question(
-    id="07_q_bloom", title="Predict: BLOOM's bias +m j against ALiBi's",
-    entry="answer_07_bloom", forbidden=("posenc_lesson.tasks.alibi_questions._bloom_same",),
-    judge=choice_judge({"a": (True, False), "b": (False, False), "c": (True, True)}, _bloom_same, [
-        Misconception("b", "you compare the biases entry by entry; the softmax sees each row only up to a "
-                      "constant, and +m j differs from -m (i - j) by m i, the same for every key of row i.",
-                      "softmax(s + c) = softmax(s) for a constant c added to a whole row.",
-                      id="alibi.bloom_bias_differs"),
-        Misconception("c", "you forgot the keys after the query: without a mask, +m j rewards them while "
-                      "-m |i - j| penalises them, and that is no per-row constant.",
-                      "compare the two biases on a key j > i.", id="alibi.bloom_same_without_mask"),
-    ], "BLOOM adds m j to the score of key j, in every row.")))
+    id="07_q_bloom", title="Predict: which variants of BLOOM's bias keep ALiBi's attention",
+    entry="answer_07_bloom", forbidden=("posenc_lesson.tasks.alibi_questions._same_as_alibi",),
+    judge=choice_judge({"a": (True, False, False), "b": (True, False, True), "c": (True, True, False),
+                        "d": (False, False, False)}, _same_as_alibi, [
+        Misconception("b", "you reason that a bias with a constant per row is ALiBi; but +m i is nothing "
+                      "but a constant per row, which softmax ignores: attention with no distance penalty "
+                      "at all.",
+                      "what is left of +m i once each row's constant is taken away?",
+                      id="alibi.row_constant_is_alibi"),
+        Misconception("c", "you take the sign of the key's term to be free; but -m j = m (i - j) - m i: "
+                      "once the row's constant is gone, it rewards distance, and each query favours its "
+                      "oldest key.",
+                      "write -m j as a multiple of (i - j) plus something the same for every key of row i.",
+                      id="alibi.bloom_sign_free"),
+        Misconception("d", "you expect the pad slots to move BLOOM's bias; but counting j from the padded "
+                      "row's first slot adds m p to every key of a row, a constant per row, and the pads "
+                      "themselves are masked.", "what does shifting every j by p add to the scores of row i?",
+                      id="alibi.padding_breaks_bloom"),
+    ], "compare each bias with -m (i - j) row by row: what is left once a constant per row is taken away?")))
