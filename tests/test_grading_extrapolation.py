@@ -2,7 +2,7 @@
 diagnosis for each real mistake, 0 for an answer that calls the lab, and inputs within the statement for
 any seed; the prediction task's key misconceptions; the two diagnosis tasks 08_diagnose_switch and
 08_review_order (truth read off each case, every cause drawn, each misconception named); the concept
-questions' measured numbers are the CSV's."""
+questions' keys, computed with the library (extrapolation_questions.py for questions 2 and 3)."""
 
 from __future__ import annotations
 
@@ -160,6 +160,9 @@ def diagnose_dip(lengths, base, ablated, train_length):
 
 def test_the_dip_task_gives_full_marks_to_the_statement_and_finds_pair_1_in_the_lab():
     assert score("08_diagnose_dip", outputs_of("08_diagnose_dip", diagnose_dip))[:2] == (2.0, 2)
+    visible = TASKS["08_diagnose_dip"].cases()  # seeds 0 and 1; seed 2's shallow minimum is left out
+    assert [c[1] for c in visible[:2]] == [topic._LAB_CURVES[0][0], topic._LAB_CURVES[1][0]]
+    assert topic._LAB_CURVES[2][0] not in [c[1] for c in visible]
     for seed, (base, ablated) in topic._LAB_CURVES.items():  # the lab's three seeds: n = 26, pair 1
         assert diagnose_dip(topic._LAB_LENGTHS, base, ablated, 16) == (26, 1), seed
 
@@ -235,13 +238,35 @@ def test_the_prediction_names_its_key_misconceptions(change, mistake):
     assert result.points == 0.0 and result.mistake == mistake
 
 
-def test_the_defined_everywhere_question_quotes_the_labs_csv():
-    from posenc_lesson.lab.experiments import read_why_csv
+def test_question_2_counts_the_rows_training_updates_with_a_backward_pass():
+    """A 64-row learned table trained on n <= 12: rows 0 .. 2L = 24 get gradients, the last token's row
+    and every later one do not; of a length-20 copy's scored positions 21 .. 40, 16 sit on untrained
+    rows. Each named miscount is a different number from the key."""
+    from posenc_lesson.tasks import assess
+    from posenc_lesson.tasks import extrapolation_questions as questions
 
-    rows = read_why_csv(ROOT / "notebooks" / "08_why.csv")
-    for cell, value in topic._WHY_SINUSOIDAL.items():
-        values = [r["accuracy"] for r in rows if r["scheme"] == "sinusoidal" and r["cell"] == cell]
-        assert len(values) == 3 and abs(sum(values) / 3 - value) < 5e-5, cell
+    assert questions._trained_rows() == set(range(25))
+    assert questions._untrained_scored() == 16
+    assert assess("08_q_defined_everywhere", [16]).points == 1.0
+    for wrong, mistake in ((0, "extrapolation.defined_means_extrapolates"),
+                           (20, "extrapolation.rows_past_l_untrained"),
+                           (15, "extrapolation.last_row_trained"),
+                           (17, "extrapolation.target_positions_counted")):
+        assert assess("08_q_defined_everywhere", [wrong]).mistake == mistake, wrong
+
+
+def test_question_3_finds_an_untrained_parameter_in_t5_alone():
+    """RoPE and ALiBi add no parameter to the model; Shaw's clipped row is reached in training; T5's
+    bucket of offset 35 is not (lesson 08, 6.2)."""
+    from posenc_lesson.tasks import assess
+    from posenc_lesson.tasks import extrapolation_questions as questions
+
+    assert questions._meets_untrained() == (False, False, False, True)
+    assert assess("08_q_relative_immune", ["c"]).points == 1.0
+    for wrong, mistake in (("a", "extrapolation.relative_immune_to_length"),
+                           ("b", "extrapolation.shaw_clip_untrained"),
+                           ("d", "extrapolation.rope_angles_learned")):
+        assert assess("08_q_relative_immune", [wrong]).mistake == mistake, wrong
 
 
 # --------------------------------------------------------------------------------------
