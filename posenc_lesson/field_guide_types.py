@@ -103,14 +103,19 @@ def merged(td: dict, entry: dict) -> dict:
             )
     out = dict(entry.get("defaults") or {})
     legacy = (
-        any(k in td for k in ("rope_scaling", "rope_theta", "rotary_emb_base"))
+        any(k in td for k in ("rope_scaling", "rope_theta", "rotary_emb_base", "partial_rotary_factor",
+                              "rotary_pct"))
         and "rope_parameters" not in td
     )
     if legacy and isinstance(out.get("rope_parameters"), dict):
         rp = out["rope_parameters"]
         nested = _nested(rp, out)
-        if not nested:  # the class's own default dict, its theta left for the config to set
-            out["rope_parameters"] = {k: v for k, v in rp.items() if k not in ("rope_theta",)}
+        # the class's own default dict; what the config sets at its top level wins (transformers 5 moves
+        # a top-level rope_theta or partial_rotary_factor into rope_parameters: Phi-2's 0.4, not 0.5)
+        top = {"rope_theta"} | ({"partial_rotary_factor"} if first(td, "partial_rotary_factor", "rotary_pct")
+                                is not None else set())
+        if not nested:
+            out["rope_parameters"] = {k: v for k, v in rp.items() if k not in top}
     for k, v in td.items():
         if v is not None or k not in out:
             out[k] = v

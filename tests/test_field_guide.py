@@ -143,6 +143,21 @@ def test_phi3_switches_to_the_long_factors_past_4096_tokens():
     assert not torch.equal(spec.inv_freq(0, 4096), spec.inv_freq(0, 4097))
 
 
+def test_a_top_level_partial_rotary_factor_wins_over_the_class_default():
+    # Phi-2's and StableLM-2-1.6B's config.json set it at the top level (transformers 5 moves it into
+    # rope_parameters); PhiConfig's default is 0.5, StableLmConfig's 0.25
+    phi2 = {"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "partial_rotary_factor": 0.4, "rope_theta": 10000.0, "max_position_embeddings": 2048}
+    assert pl.describe_positions(phi2).rotary_dim == 32  # 0.4 x 80
+    without = {k: v for k, v in phi2.items() if k != "partial_rotary_factor"}
+    assert pl.describe_positions(without).rotary_dim == 40  # the class default, 0.5
+    stablelm2 = {"model_type": "stablelm", "hidden_size": 2048, "num_attention_heads": 32,
+                 "num_hidden_layers": 24, "partial_rotary_factor": 0.25, "rope_theta": 10000.0,
+                 "max_position_embeddings": 4096}
+    assert pl.describe_positions(stablelm2).rotary_dim == 16  # 0.25 x 64
+    assert pl.describe_positions({**stablelm2, "partial_rotary_factor": 0.5}).rotary_dim == 32
+
+
 def test_the_table_is_readable_and_json_round_trips(tmp_path, capsys):
     spec = by_name("llama4_scout")
     text = str(spec)
