@@ -170,6 +170,8 @@ MUTANTS = [
      "(torch.arange(half) + half, torch.arange(half))", "wrong order"),
     ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
      "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
+    ("06_port_bug", 'if slip == "rotate_half_sign" else (-x2, x1)', 'if slip == "none" else (-x2, x1)',
+     "you named 'rotate_half_sign', but this case does not show it"),
     ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
     ("07_alibi_slopes", "c = 2 ** math.floor(math.log2(num_heads))", "c = num_heads", "wrong head count"),
     ("07_alibi_slopes", "return torch.tensor(slopes)",
@@ -224,19 +226,6 @@ def test_learned_table_without_the_length_check_earns_partial_credit():
     points, max_points, feedback = _grade("04_learned_embedding", _entry("04_learned_embedding", source))
     assert 0 < points < max_points
     assert "raise a ValueError yourself" in feedback
-
-
-# the buggy code each find-the-bug task shows, and what the check must say about it
-BUGGY = [
-    ("06_fix_pairing", "rope_half_buggy", "pairing is mixed up"),
-]
-
-
-@pytest.mark.parametrize(("task_id", "buggy", "diagnosis"), BUGGY, ids=[b[0] for b in BUGGY])
-def test_the_shown_buggy_code_scores_zero_with_its_diagnosis(task_id, buggy, diagnosis):
-    points, _, feedback = _grade(task_id, _namespace(task_id)[buggy])
-    assert points == 0
-    assert diagnosis in feedback, feedback
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,8 +287,10 @@ CHEATS = {
     "06_convert_layout": ("def half_to_interleaved(weight, num_heads):\n"
                           "    return posenc_lesson.convert_rope_weight(weight, num_heads, src='half', "
                           "dst='interleaved')"),
-    "06_fix_pairing": ("def rope_half_fixed(x, positions):\n"
-                       "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
+    "06_port_bug": ("def rope_port_bug(x, positions, port_output):\n"
+                    "    right = posenc_lesson.apply_rope(x, positions, layout='half')\n"
+                    "    same = torch.allclose(right, port_output, atol=1e-4)\n"
+                    "    return 'none' if same else 'pairing_mixed'"),
     "07_alibi_slopes": ("def get_slopes(num_heads):\n"
                         "    return -posenc_lesson.alibi_bias(num_heads, 2)[:, 0, 1]"),
     "07_chunk_bias": ("from posenc_lesson.tasks.alibi import _chunk_bias\n"

@@ -15,7 +15,7 @@ import torch
 from posenc_lesson import alibi_slopes, rope_frequencies
 from posenc_lesson.tasks import TASKS
 from posenc_lesson.tasks import alibi as alibi_topic
-from posenc_lesson.tasks import rope as rope_topic
+from posenc_lesson.tasks import rope_questions as rope_topic
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

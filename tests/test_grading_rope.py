@@ -1,5 +1,7 @@
 """Lesson 06's derivation tasks (posenc_lesson/tasks/rope.py): the half layout from the channel order
-of Hugging Face's conversion, R_m from one step, and the rows that keep every score (issue 32).
+of Hugging Face's conversion, R_m from one step, and the rows that keep every score (issue 32); the
+diagnosis of a colleague's rotate_half port (the slip drawn per case), the key of 06_which_pair (the
+pair the curve was built on) and the converted-channel question, keyed on the library.
 
 Each reference meets the requirement its statement gives (and agrees with the library and the
 lesson); no other answer of the kind the statement allows meets it, so no valid answer is graded as
@@ -160,3 +162,93 @@ def test_the_conversion_mistakes_are_named():
                        "rope.converted_as_one_head"):
         compute = _mistake("06_convert_layout", mistake_id).compute
         assert _diagnosed("06_convert_layout", compute) == {mistake_id}
+
+
+# ----------------------------------------------------------------------------- 06_port_bug
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_port_is_its_slip_and_only_its_slip(seed):
+    cases = _cases("06_port_bug", seed)
+    truths = [topic._port_truth(*c) for c in cases]
+    assert len(set(truths)) == len(truths) == (6 if seed == 0 else 5)  # every slip once, or five of six
+    for x, positions, port in cases:
+        assert x.shape[0] % 2 == 0 and int(positions.min()) > 0 and port.dtype == torch.float32
+        right = pl.apply_rope(x.double(), positions, layout="half")
+        assert torch.allclose(topic._port(x, positions, "none").double(), right, atol=1e-5)
+        # the lesson's mixed recipe, and the sign slip: the right port at -positions
+        assert torch.allclose(topic._port(x, positions, "pairing_mixed").double(),
+                              topic._rope_mixed(x, positions, "half"), atol=1e-5)
+        assert torch.allclose(topic._port(x, positions, "rotate_half_sign").double(),
+                              pl.apply_rope(x.double(), -positions, layout="half"), atol=1e-5)
+
+
+def test_the_norms_tell_three_slips_from_three_as_the_explanation_says():
+    for x, positions, _ in _cases("06_port_bug", 0):
+        for slip in topic._PORT_SLIPS:
+            kept = torch.allclose(topic._port(x, positions, slip).double().norm(dim=-1),
+                                  x.double().norm(dim=-1), rtol=1e-4)
+            assert kept == (slip in ("none", "rotate_half_sign", "exponent_i_over_dh")), slip
+        zero = torch.zeros_like(positions)
+        assert all(torch.allclose(topic._port(x, zero, slip), x) for slip in topic._PORT_SLIPS)
+
+
+def test_every_wrong_label_is_named_and_recomputing_the_slips_passes():
+    cases = _cases("06_port_bug", 0)
+    for label, (_, mistake_id) in topic._PORT_SLIPS.items():
+        result = assess("06_port_bug", [label] * len(cases), cases)
+        assert result.points == pytest.approx(2 / len(cases), abs=0.01), label  # one case of six right
+        assert result.mistake == mistake_id, label
+
+    def by_properties(x, positions, port):  # another correct way: the right port, norms, then angles
+        port, xd = port.double(), x.double()
+        if torch.allclose(port, pl.apply_rope(xd, positions, layout="half"), atol=1e-4):  # as a Task 2
+            return "none"
+        if torch.allclose(port, pl.apply_rope(xd, -positions, layout="half"), atol=1e-4):
+            return "rotate_half_sign"
+        if torch.allclose(port.norm(dim=-1), xd.norm(dim=-1), rtol=1e-4):
+            return "exponent_i_over_dh"
+        dh = x.shape[-1]
+        angle = positions.double()[:, None] * 10000.0 ** (-torch.arange(dh, dtype=torch.float64) / dh)
+        if torch.allclose(port, xd * angle.cos() + _rotate_half(xd) * angle.sin(), atol=1e-4):
+            return "angles_per_channel"
+        angle = angle[:, 0::2].repeat_interleave(2, dim=-1)  # (T, Dh): pair i's angle at 2i and 2i+1
+        if torch.allclose(port, xd * angle.cos() + _rotate_half(xd) * angle.sin(), atol=1e-4):
+            return "pairing_mixed"
+        return "halves_of_wrong_axis"
+
+    for seed in SEEDS:
+        cases = _cases("06_port_bug", seed)
+        assert assess("06_port_bug", [by_properties(*c) for c in cases], cases).points == 2
+
+
+# ----------------------------------------------------------------------------- 06_which_pair, 06_q_half_pairs
+
+# grading seeds 88, 184 and 899: where a fit that kept the means named another pair
+@pytest.mark.parametrize("seed", [*SEEDS, 88, 184, 899])
+def test_the_which_pair_key_is_the_pair_the_curve_was_built_on(seed):
+    from posenc_lesson.tasks import rope_questions as questions
+    task_seed = tasks.task_seed(seed, "06_which_pair") if seed else 0
+    for (_, _, pair), (scores, head_dim, base) in zip(questions._which_pair_specs(task_seed),
+                                                      questions._which_pair_cases(task_seed), strict=True):
+        assert int(questions._which_pair_ref(scores, head_dim, base)) == pair
+
+
+def test_the_converted_channel_question_is_keyed_on_the_library():
+    from posenc_lesson.tasks import rope_questions as questions
+    from posenc_lesson.tasks.concepts import correct_option
+    perm = pl.rope_layout_permutation(12)
+    where, partner = questions._converted_channel(5, 12)
+    assert int(perm[where]) == 5 and int(perm[partner]) == 4  # Meta's pair 2, (4, 5), after the conversion
+    e = torch.zeros(1, 12, dtype=torch.float64)
+    e[0, where] = 1.0
+    turned = pl.apply_rope(e, torch.tensor([1]), layout="half")[0]
+    assert set(turned.abs().gt(1e-12).nonzero().flatten().tolist()) == {where, partner}
+    judge = TASKS["06_q_half_pairs"].judge
+    assert len(set(judge.options.values())) == len(judge.options)
+    assert {m.answer for m in judge.misconceptions} == set(judge.options) - {correct_option(judge.options,
+                                                                                             judge.truth)}

@@ -2,14 +2,16 @@
 formula), then three derivations: the half layout from the channel order of Hugging Face's
 conversion, R_m from the one-step rotation and the requirement that scores depend on m - n only,
 and the row reordering that keeps every score when a half-layout checkpoint runs with
-interleaved code; the rotate_half pairing bug, and a diagnosis: which pair's wavelength explains
-a measured score pattern.
+interleaved code; and a diagnosis: which slip, drawn per case from six (the lesson's mixed pairing
+among them), made a colleague's rotate_half RoPE, read from its output alone. (The diagnosis of
+which pair's wavelength explains a score pattern is in rope_questions.py.)
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh shapes (0 to 2 leading axes, T 1 .. 10,
 an even Dh 2 .. 32) and values; positions are a run starting anywhere in 0 .. 50, or random
 integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 80, one-step
 rotations of other bases and of either direction; weights of 1 .. 4 heads (Dh 6 .. 12), as a
-matrix or a bias vector. ``rope_frequencies`` is allowed (the statement says so).
+matrix or a bias vector; for the port, five of the six slips in an order drawn per seed, on fresh
+x (axis 0 even) and positions. ``rope_frequencies`` is allowed (the statement says so).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .judges import (
     tensor_judge,
 )
 from .registry import Task, register
+from .sinusoidal import label_judge, unique_label
 
 
 def _rope_ref(x: Tensor, positions: Tensor, layout: str, base: float = 10_000.0) -> Tensor:
@@ -76,16 +79,21 @@ def _rope_cases(seed: int = 0) -> list[tuple]:
     return cases
 
 
+_WHERE_PAIRS_LAND = ("channel j of x[..., perm] is channel perm[j] of x: where do channels 2i and 2i+1 "
+                     "of x (the interleaved pair i) land, and which of them turns toward the other?")
+
+
 def _rope_mistakes(layout: str) -> list[Mistake]:
     other = "half" if layout == "interleaved" else "interleaved"
     pairs = {"interleaved": "(2i, 2i+1)", "half": "(i, i + Dh/2)"}
+    mixed_hint = (f"the angle of pair i must multiply exactly the two channels {pairs[layout]}."
+                  if layout == "interleaved" else
+                  "the angle of a pair must multiply exactly its two channels: " + _WHERE_PAIRS_LAND)
     return [
         Mistake(lambda x, p: _rope_ref(x, p, other),
                 f"layouts swapped: your output is the {other} layout, pairs {pairs[other]}.",
-                f"this task pairs channels {pairs[layout]}."
-                + (" x[..., 0::2] and x[..., 1::2] are the two coordinates of each pair."
-                   if layout == "interleaved" else
-                   " The first half of the channels and the second half are the two coordinates."),
+                f"this task pairs channels {pairs[layout]}. x[..., 0::2] and x[..., 1::2] are the two "
+                "coordinates of each pair." if layout == "interleaved" else _WHERE_PAIRS_LAND,
                 id="rope.layout_swapped"),
         Mistake(lambda x, p: _rope_ref(x, -p, layout),
                 "the sign is flipped: you rotate by -m theta_i (the transposed rotation).",
@@ -113,13 +121,11 @@ def _rope_mistakes(layout: str) -> list[Mistake]:
         Mistake(lambda x, p: _rope_mixed(x, p, "half" if layout == "interleaved" else "interleaved"),
                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
                 "rotation pairs channels the other way.",
-                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}.",
-                id="rope.pairing_mixed"),
+                mixed_hint, id="rope.pairing_mixed"),
         Mistake(lambda x, p: _rope_mixed(x, p, layout),
                 "the pairing is mixed up: your cos/sin are laid out for one layout and the "
                 "rotation pairs channels the other way.",
-                f"the angle of pair i must multiply exactly the two channels {pairs[layout]}.",
-                id="rope.pairing_mixed"),
+                mixed_hint, id="rope.pairing_mixed"),
     ]
 
 
@@ -314,19 +320,90 @@ register(Task(
                                 "become rows (2i, 2i+1), first coordinate first."),
 ))
 
+
+# --------------------------------------------------------------------------------------
+# 06_port_bug (diagnose): which slip, if any, made a colleague's rotate_half RoPE (drawn per case)
+# --------------------------------------------------------------------------------------
+
+def _port(x: Tensor, positions: Tensor, slip: str) -> Tensor:
+    """A colleague's half-layout RoPE in Hugging Face's style (x * cos + rotate_half(x) * sin) with
+    one slip, or none; computed in float64, returned in float32 as the colleague's code runs."""
+    dh, xd = x.shape[-1], x.double()
+    exponent = {"angles_per_channel": torch.arange(dh), "exponent_i_over_dh": torch.arange(dh // 2)}.get(
+        slip, torch.arange(0, dh, 2)).double() / dh  # (Dh,) or (Dh/2,)
+    freqs = positions.double()[:, None] * 10_000.0 ** -exponent[None, :]  # (T, Dh) or (T, Dh/2)
+    emb = {"pairing_mixed": freqs.repeat_interleave(2, -1), "angles_per_channel": freqs}.get(
+        slip, torch.cat((freqs, freqs), -1))  # (T, Dh)
+    axis = 0 if slip == "halves_of_wrong_axis" else -1  # chunk(2) and cat() without dim split axis 0
+    x1, x2 = xd.chunk(2, dim=axis)
+    rotated = torch.cat((x2, -x1) if slip == "rotate_half_sign" else (-x2, x1), dim=axis)
+    return (xd * emb.cos() + rotated * emb.sin()).float()
+
+
+# slip -> (what a port with that slip shows, the id of naming it where it is not)
+_PORT_SLIPS = {
+    "none": ("a right port keeps every token's norm and turns channel i toward channel i + Dh/2 by "
+             "m theta_i, theta_i = 10000^(-2i/Dh)", "rope.port_bug_missed"),
+    "pairing_mixed": ("cos/sin repeated pairwise give channel i and its partner i + Dh/2 the angles of "
+                      "two different pairs: channel 0 turns by m, channel Dh/2 by m theta_(Dh/4) "
+                      "(Dh/4 rounded down)", "rope.port_misread_pairing"),
+    "rotate_half_sign": ("a sign slip in rotate_half keeps every norm and every speed, and turns every "
+                         "pair the other way", "rope.port_misread_sign"),
+    "halves_of_wrong_axis": ("halves taken along axis 0 mix each row of the output with another row of "
+                             "x (another sequence, or another token)", "rope.port_misread_axis"),
+    "angles_per_channel": ("one frequency per channel, 10000^(-j/Dh), gives channel i and its partner "
+                           "i + Dh/2 different angles: channel 0 turns by m, channel Dh/2 by m / 100",
+                           "rope.port_misread_per_channel"),
+    "exponent_i_over_dh": ("the exponent i/Dh keeps every norm and the pairs, and makes every pair but "
+                           "pair 0 turn faster: pair i by 10000^(-i/Dh) per token",
+                           "rope.port_misread_exponent"),
+}
+
+
+def _port_truth(x: Tensor, positions: Tensor, port_output: Tensor) -> str:
+    """The one slip whose port gives this output (the cases are drawn so that exactly one does)."""
+    return unique_label([slip for slip in _PORT_SLIPS if torch.allclose(
+        port_output.double(), _port(x, positions, slip).double(), rtol=1e-4, atol=1e-5)])
+
+
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(x (..., T, Dh), positions (T,), port_output): seed 0 every slip once in a fixed order, another
+    seed five of the six in an order drawn per seed; axis 0 of x even (2 or 4 sequences, or T even),
+    Dh 4 .. 32, positions from 1 .. 60 on; every slip's output far from every other's."""
+    g = seeded(106 + seed)
+    slips = list(_PORT_SLIPS)
+    order = (["pairing_mixed", "none", "halves_of_wrong_axis", "rotate_half_sign", "exponent_i_over_dh",
+              "angles_per_channel"] if seed == 0 else
+             [slips[int(i)] for i in torch.randperm(len(slips), generator=g)[:5]])
+    cases = []
+    for n, slip in enumerate(order):
+        while True:
+            t, dh = draw(g, 2, 8), 2 * draw(g, 2, 16)
+            shape = ((2 * draw(g, 1, 4), t, dh), (2 * draw(g, 1, 2), draw(g, 1, 3), t, dh),
+                     (2 * t, dh))[n % 3]
+            x, start = randn(g, *shape), draw(g, 1, 60)
+            positions = torch.arange(start, start + shape[-2])
+            every = [_port(x, positions, s).double() for s in slips]
+            if all(not torch.allclose(a, b, rtol=1e-2, atol=1e-2) for j, a in enumerate(every)
+                   for b in every[j + 1:]):
+                break
+        cases.append((x, positions, every[slips.index(slip)].float()))
+    return cases
+
+
 register(Task(
-    id="06_fix_pairing",
+    id="06_port_bug",
     kind="diagnose",
-    title="RoPE with rotate_half (find the bug)",
+    title="Diagnose: which slip broke a colleague's rotate_half RoPE",
     points=2,
-    entry="rope_half_fixed",
-    forbidden=_ROPE_FORBIDDEN,
-    cases=_rope_cases,
-    run=call,
-    judge=tensor_judge(functools.partial(_rope_ref, layout="half"), _rope_mistakes("half"),
-                       ("x", "positions"),
-                       "with rotate_half, channel j and channel j + Dh/2 form one pair and must "
-                       "share the angle of that pair.", partial=False),
-    hidden=_rope_cases,
+    entry="rope_port_bug",
+    forbidden=(*_ROPE_FORBIDDEN, "posenc_lesson.tasks.rope._port", "posenc_lesson.tasks.rope._port_truth"),
+    cases=_port_cases,
+    hidden=_port_cases,
     allowed=_ROPE_ALLOWED,
+    run=call,
+    judge=label_judge({slip: shows for slip, shows in _PORT_SLIPS.items()}, _port_truth,
+                      "a rotation keeps every token's norm, and RoPE turns pair i by m theta_i, the right "
+                      "way round: work out what each slip does to the same x and positions, and which one "
+                      "gives the port's output."),
 ))

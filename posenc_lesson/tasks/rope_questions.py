@@ -1,14 +1,13 @@
 """Lesson 06's diagnosis task and concept questions (exercises/06_rope.ipynb): which pair's wavelength
-explains a measured score pattern; which channels the half layout pairs; RoPE scores of random q and
-k near and far. The lesson's coding tasks are in rope.py.
+explains a measured score pattern; where a checkpoint's channel sits after Hugging Face's conversion,
+and which channel it turns with there; RoPE scores of random q and k near and far. The lesson's
+coding tasks are in rope.py.
 
 Hidden cases (``Task.hidden``, any seed but 0) of the diagnosis: fresh head sizes (Dh 16 .. 128),
 bases 10,000 or 500,000 and dominant pairs whose curve fits in 1,600 offsets.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,24 +51,32 @@ def _which_pair_specs(seed: int) -> list[tuple[int, float, int]]:
 
 
 def _which_pair_cases(seed: int = 0) -> list[tuple]:
-    """(scores (T,), head_dim, base): T covers 4 wavelengths of the dominant pair (at least 32 offsets)."""
+    """(scores (T,), head_dim, base): T covers 4 wavelengths of the dominant pair (at least 32 offsets).
+    The noise is drawn again until the key, ``_which_pair_ref``, is the pair the curve was built on."""
     g = seeded(961 + seed)
     cases = []
     for head_dim, base, pair in _which_pair_specs(seed):
         wavelength = 2 * torch.pi / float(_rope.rope_frequencies(head_dim, base, dtype=torch.float64)[pair])
         length = max(32, int(4 * wavelength) + 1)
-        cases.append((_pair_scores(head_dim, base, pair, length, g), head_dim, base))
+        scores = _pair_scores(head_dim, base, pair, length, g)  # (T,)
+        while int(_which_pair_ref(scores, head_dim, base)) != pair:
+            scores = _pair_scores(head_dim, base, pair, length, g)
+        cases.append((scores, head_dim, base))
     return cases
 
 
 def _which_pair_ref(scores: Tensor, head_dim: int, base: float) -> Tensor:
-    """The pair whose cos/sin at the offsets fits the curve best (least squares, one pair at a time)."""
+    """The pair whose cosine at the offsets fits the curve best (least squares, one pair at a time, on
+    the curve and the columns with their means removed: the other pairs add a slowly varying offset,
+    which a slow pair's cos and sin over a short T would otherwise absorb)."""
     theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64)
     d = torch.arange(scores.shape[-1], dtype=torch.float64)
+    y = scores.double() - scores.double().mean()  # (T,)
     fits = []
     for t in theta:
         basis = torch.stack((torch.cos(d * t), torch.sin(d * t)), dim=-1)  # (T, 2)
-        coef = torch.linalg.lstsq(basis, scores.double()[:, None]).solution
+        basis = basis - basis.mean(dim=0)
+        coef = torch.linalg.lstsq(basis, y[:, None]).solution
         fits.append(float((basis @ coef).norm()))
     return torch.tensor(int(torch.tensor(fits).argmax()))
 
@@ -118,7 +125,7 @@ register(Task(
 # Concept questions (concepts.py): the answers measured here, on the library's RoPE
 # --------------------------------------------------------------------------------------
 
-def _half_pairs(dh: int = 8) -> frozenset[frozenset[int]]:
+def _half_pairs(dh: int) -> frozenset[frozenset[int]]:
     """The channel pairs the library's half layout turns together: where each basis vector goes."""
     pairs = set()
     for j in range(dh):
@@ -129,26 +136,37 @@ def _half_pairs(dh: int = 8) -> frozenset[frozenset[int]]:
     return frozenset(pairs)
 
 
-def _pairs(partner: Any, dh: int = 8) -> frozenset[frozenset[int]]:
-    return frozenset(frozenset((i, partner(i))) for i in range(dh) if i < partner(i))
+def _converted_channel(channel: int = 5, dh: int = 12) -> tuple[int, int]:
+    """Where Meta's channel ``channel`` sits after Hugging Face's conversion (x_HF = x_Meta[..., perm]),
+    and the channel it turns with there, under rotate_half."""
+    where = int(torch.argsort(_rope.rope_layout_permutation(dh))[channel])
+    (pair,) = [p for p in _half_pairs(dh) if where in p]
+    return where, int(next(iter(pair - {where})))
 
 
 register(question(
-    id="06_q_half_pairs", title="Predict: which channels the half layout pairs",
-    entry="answer_06_half_pairs", forbidden=("posenc_lesson.tasks.rope_questions._half_pairs",),
-    judge=choice_judge({"a": _pairs(lambda i: i ^ 1), "b": _pairs(lambda i: (i + 4) % 8),
-                        "c": _pairs(lambda i: 7 - i), "d": "every channel with every other"}, _half_pairs, [
-        Misconception("a", "that is the interleaved layout of RoFormer and Meta's LLaMA code; rotate_half "
-                      "works on the two halves of the head.", "rotate_half([x1, x2]) = [-x2, x1], where "
-                      "x1 and x2 are the first and the second half.", id="rope.half_read_as_interleaved"),
-        Misconception("c", "you read rotate_half as a mirror of the channels; it swaps the two halves "
-                      "(with a sign) and keeps their order.", "rotate_half([x1, x2]) = [-x2, x1]: where does "
-                      "channel 0 of x1 end up?", id="rope.half_read_as_mirror"),
-        Misconception("d", "you expect RoPE to mix all channels; its matrix is block-diagonal up to a "
-                      "reordering: every channel turns together with exactly one other.",
-                      "each pair is one complex number, multiplied by e^(i m theta).",
-                      id="rope.rotation_mixes_all_channels"),
-    ], "the half layout is the one of GPT-NeoX and Hugging Face's LLaMA, with rotate_half.")))
+    id="06_q_half_pairs", title="Predict: where a checkpoint's channel lands after Hugging Face's conversion",
+    entry="answer_06_half_pairs", forbidden=("posenc_lesson.tasks.rope_questions._converted_channel",
+                                             "posenc_lesson.tasks.rope_questions._half_pairs"),
+    judge=choice_judge({"a": (5, 4), "b": (8, 9), "c": (10, 4), "d": (8, 2), "e": (8, 4)},
+                       _converted_channel, [
+        Misconception("a", "you expect the conversion to leave the channels where they are; it reorders "
+                      "the rows of W_q and W_k, so every query and key channel moves with them.",
+                      "x_HF = x_Meta[..., perm]: which index j of x_HF holds x_Meta's channel 5?",
+                      id="rope.conversion_moves_nothing"),
+        Misconception("b", "you moved channel 5 but kept the interleaved pairing (2i, 2i+1) in Hugging "
+                      "Face's code; rotate_half turns channel j with channel j + Dh/2 (or j - Dh/2).",
+                      "rotate_half([x1, x2]) = [-x2, x1], x1 and x2 the two halves of the head.",
+                      id="rope.half_read_as_interleaved"),
+        Misconception("c", "you read x_Meta[..., perm] the wrong way round, as if channel c moved to "
+                      "index perm[c]; it is index j that holds channel perm[j].",
+                      "find j with perm[j] = 5, i.e. argsort(perm)[5].", id="rope.permutation_read_forward"),
+        Misconception("e", "you kept the partner's old index: its Meta channel (4) moved too, and the "
+                      "pair is now two indices of x_HF.",
+                      "the partner is Meta's channel 4: where does it sit in x_HF?",
+                      id="rope.partner_index_not_moved"),
+    ], "x_HF = x_Meta[..., perm] with perm = [0, 2, 4, .., Dh-2, 1, 3, .., Dh-1]; Hugging Face's code "
+       "uses rotate_half (lesson 06, section 4).")))
 
 
 def _score_spread(distance: int, dh: int = 64) -> float:
