@@ -46,7 +46,6 @@ import posenc_lesson as pl
 ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
     "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
-    "rope_half_fixed": lambda x, p: pl.apply_rope(x, p, layout="half"),
     "rope_matrix": lambda m, r: pl.apply_rope(  # R_m's columns: R_m e_j, with R_1's angles
         torch.eye(r.shape[0]), torch.full((r.shape[0],), m),
         frequencies=r[1::2, 0::2].diagonal().atan2(r[0::2, 0::2].diagonal())).T,

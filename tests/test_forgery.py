@@ -64,7 +64,6 @@ ROPE_ANSWERS = '''
 ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
     "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
-    "rope_half_fixed": lambda x, p: pl.apply_rope(x, p, layout="half"),
     "rope_matrix": lambda m, r: pl.apply_rope(  # R_m's columns: R_m e_j, with R_1's angles
         torch.eye(r.shape[0]), torch.full((r.shape[0],), m),
         frequencies=r[1::2, 0::2].diagonal().atan2(r[0::2, 0::2].diagonal())).T,
@@ -192,8 +191,9 @@ _ns = {"__name__": "posenc_lesson.my_rope", "__package__": "posenc_lesson"}
 exec(compile(inspect.getsource(_r), "<my copy>", "exec"), _ns)  # new code objects, new names
 
 
-def rope_half_fixed(x, positions):
-    return _ns["apply_rope"](x, positions, layout="half")
+def rope_port_bug(x, positions, port_output):
+    right = _ns["apply_rope"](x, positions, layout="half")
+    return "none" if torch.allclose(right, port_output, atol=1e-4) else "pairing_mixed"
 '''
 
 ATTACKS = {
@@ -241,13 +241,14 @@ ATTACKS = {
 
             half_to_interleaved = _make()
             """),
-        "06_fix_pairing": _src("""
+        "06_port_bug": _src("""
             import posenc_lesson.rope
             _vars = dict(vars(posenc_lesson.rope))
 
 
-            def rope_half_fixed(x, positions):
-                return _vars["apply_rope"](x, positions, layout="half")
+            def rope_port_bug(x, positions, port_output):
+                right = _vars["apply_rope"](x, positions, layout="half")
+                return "none" if torch.allclose(right, port_output, atol=1e-4) else "pairing_mixed"
             """),
     }),
     "disguised_rope2": ("06_rope", {
@@ -296,7 +297,7 @@ ATTACKS = {
                 w = weight.reshape(num_heads, dh, *weight.shape[1:])
                 return w[:, torch.argsort(_Helpers.perm(dh))].reshape(weight.shape)
             """),
-        "06_fix_pairing": GETSOURCE,
+        "06_port_bug": GETSOURCE,
     }),
     "disguised_attention": ("01_permutation_equivariance", {
         "01_attention": _src("""
@@ -419,12 +420,12 @@ OUTCOMES = {
     ("disguised_rope", "06_apply_rope_half"): "zero",  # functools.partial
     ("disguised_rope", "06_rotation_matrix"): "zero",  # a default argument
     ("disguised_rope", "06_convert_layout"): "zero",  # a closure
-    ("disguised_rope", "06_fix_pairing"): "both",  # a snapshot dict(vars(module)): vars() is flagged
+    ("disguised_rope", "06_port_bug"): "both",  # a snapshot dict(vars(module)): vars() is flagged
     ("disguised_rope2", "06_apply_rope_interleaved"): "zero",  # a dict holding the function
     ("disguised_rope2", "06_apply_rope_half"): "both",  # getattr(f, "__wrapped__", f)
     ("disguised_rope2", "06_rotation_matrix"): "both",  # a private helper, rope._angles
     ("disguised_rope2", "06_convert_layout"): "zero",  # a class attribute
-    ("disguised_rope2", "06_fix_pairing"): "flagged",  # inspect.getsource + exec: a new code object
+    ("disguised_rope2", "06_port_bug"): "flagged",  # inspect.getsource + exec: a new code object
     ("disguised_attention", "01_attention"): "both",  # torch.ops.aten
     ("disguised_attention", "01_fix_softmax_axis"): "both",  # torch._C._nn
     ("disguised_attention", "01_permutation_check"): "both",  # the grading module's own reference

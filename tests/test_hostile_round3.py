@@ -102,7 +102,7 @@ _HALF = "pl.apply_rope(*c, layout='half')"
 _MATRIX = ("pl.apply_rope(c[1].new_ones(c[1].shape[0]).diag(), c[1].new_full((c[1].shape[0],), c[0]).long(), "
            "frequencies=c[1][1::2, 0::2].diagonal().atan2(c[1][0::2, 0::2].diagonal())).T")  # R_m's columns
 _EXPRESSIONS = {"apply_rope_interleaved": "pl.apply_rope(*c)", "apply_rope_half": _HALF,
-                "rope_half_fixed": _HALF, "rope_matrix": _MATRIX,
+                "rope_matrix": _MATRIX,
                 "half_to_interleaved": "pl.convert_rope_weight(*c, src='half', dst='interleaved')"}
 _load, _save, _seen = _st["lo" + "ad"], _st["sa" + "ve"], {}
 
@@ -153,8 +153,7 @@ def answer_06_half_pairs():
 ATTACKS = {"compiled_name": (ROPE, COMPILED_NAME), "modes_popped": (PERM, MODES_POPPED),
            "forged_harvest": (ROPE, FORGED_HARVEST), "grader_type": (ROPE, GRADER_TYPE),
            "grader_refusal": (ROPE, GRADER_REFUSAL), "bomb": (ROPE, BOMB)}
-_FORGED = ("06_apply_rope_interleaved", "06_apply_rope_half", "06_rotation_matrix", "06_convert_layout",
-           "06_fix_pairing")
+_FORGED = ("06_apply_rope_interleaved", "06_apply_rope_half", "06_rotation_matrix", "06_convert_layout")
 # (student, task) -> what must happen: "zero" (scores 0), "flagged" (a flag on that cell), or "both"
 OUTCOMES = {
     ("compiled_name", "06_apply_rope_interleaved"): "both", ("compiled_name", "06_apply_rope_half"): "both",
