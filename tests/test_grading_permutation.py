@@ -186,3 +186,20 @@ def test_the_readout_question_is_measured():
     """Max over rows stays, row 0 changes: the key of Question 1 (option c)."""
     judge = TASKS["01_q_pooled_order"].judge
     assert topic._readouts_changed() == frozenset({"row 0"}) == judge.options["c"]
+
+
+def test_the_weights_statement_describes_each_line_without_its_code():
+    """The table names what each line is for; writing the line, with its index, is the learner's."""
+    task = next(c.source for c in nbformat.read(SOLUTION, as_version=4).cells
+                if c.get("id") == "01_fix_softmax_axis_task")
+    for code in ("dim=1", "shape[1]", "amax(1", "sum(1", "torch.softmax"):
+        assert code not in task, code
+    assert "atol=1e-5" in task  # the float32 weights: the tolerance is stated
+    question = next(c.source for c in nbformat.read(SOLUTION, as_version=4).cells
+                    if c.get("id") == "01_q_pooled_order_task")
+    assert "BERT" not in question and "not a fixed [CLS] marker" in question
+
+
+def test_no_label_from_a_too_tight_comparison_is_told_to_use_a_tolerance():
+    result = assess("01_fix_softmax_axis", ["no label fits"] * len(TASKS["01_fix_softmax_axis"].cases()))
+    assert result.points == 0 and result.mistake == "generic.wrong_type" and "tolerance" in result.feedback

@@ -298,3 +298,39 @@ def test_drawn_cases_respect_the_stated_constraints():
             assert rel.dtype == torch.int64 and isinstance(bidirectional, bool)
             per_dir = num_buckets // 2 if bidirectional else num_buckets
             assert num_buckets % 2 == 0 and max_distance > per_dir // 2 >= 1
+
+
+def _t5_code_port(rel, bidirectional, num_buckets, max_distance, exact_end=0):
+    """T5's bucket the way HF and Mesh TF write it (no clamp before the log; .long() truncates toward 0),
+    with the exact region moved by exact_end."""
+    rel = rel.long()
+    per_dir = num_buckets // 2 if bidirectional else num_buckets
+    half = (rel > 0).long() * per_dir if bidirectional else torch.zeros_like(rel)
+    n = rel.abs() if bidirectional else (-rel).clamp(min=0)
+    max_exact = per_dir // 2
+    large = max_exact + (torch.log(n.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (per_dir - max_exact)).to(torch.long)
+    return half + torch.where(n < max_exact + exact_end, n, large.clamp(max=per_dir - 1))
+
+
+def test_the_exact_region_slip_is_what_t5s_own_code_gives_too():
+    """The statement says distance max_exact - 1 then gets bucket max_exact: the library's clamp does that,
+    and the cases are drawn where T5's own code (no clamp, truncation toward 0) does the same."""
+    seen = 0
+    for seed in range(40):
+        for rel, bi, nb, md, buckets in topic._port_cases(seed):
+            if topic._port_bug_ref(rel, bi, nb, md, buckets) == "exact_off_by_one":
+                seen += 1
+                assert torch.equal(buckets, _t5_code_port(rel, bi, nb, md, exact_end=-1))
+                moved = buckets != topic._bucket_ref(rel, bi, nb, md)
+                per_dir = nb // 2 if bi else nb
+                assert bool(moved.any()) and bool((buckets[moved] % per_dir == per_dir // 2).all())
+    assert seen >= 20
+
+
+def test_shaw_bug_statement_gives_the_tolerance_and_the_feedback_points_at_it():
+    task = next(c.source for c in nbformat.read(SOLUTION, as_version=4).cells
+                if c.get("id") == "c32f67f4")
+    assert "atol=1e-5" in task and "atol=1e-8" in task
+    points, _, feedback = _grade("05_shaw_bug", lambda *a: "no label fits")
+    assert points == 0 and "tolerance" in feedback and "atol=1e-5" in feedback

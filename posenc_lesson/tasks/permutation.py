@@ -136,7 +136,8 @@ def _judge_weights_bug(outputs: list, cases: list) -> Judged:
         elif not isinstance(out, str) or out.strip() not in said:
             told = ("generic.wrong_type", f"expected one of {_BUG_LABELS} as a string; got "
                     f"{type_text(out) if not isinstance(out, str) else repr(out[:40])}.",
-                    "return the label, e.g. return \"softmax_axis_1\".")
+                    "return the label, e.g. return \"softmax_axis_1\". If none of your candidates "
+                    "matched: the weights are float32, compare with a tolerance (atol=1e-5).")
         elif out.strip() != _weights_bug_ref(*case):
             mid, wrong = said[label := out.strip()]
             told = (mid, f"you named {label!r}, but these weights are not what its line gives: {wrong}.",

@@ -279,10 +279,23 @@ def _port_bug_ref(rel: Tensor, bidirectional: bool, num_buckets: int, max_distan
     return found[0]
 
 
+def _slip_lands_in_max_exact(bidirectional: bool, num_buckets: int, max_distance: int) -> bool:
+    """Whether T5's own code (HF, Mesh TF: no clamp before the log, .long() truncating toward 0) with
+    the exact region one short also sends distance max_exact - 1 to bucket max_exact, as ``_bucket``
+    (which clamps n to max_exact, like the library) does: then both ways of porting agree."""
+    per_dir = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = per_dir // 2
+    n = torch.tensor(float(max_exact - 1))  # float32, as T5
+    step = torch.log(n / max_exact) / math.log(max_distance / max_exact) * (per_dir - max_exact)
+    return int(step.to(torch.long)) == 0
+
+
 def _port_cases(seed: int = 0) -> list[tuple]:
     """(relative_position, bidirectional, num_buckets, max_distance, buckets): seed 0 each slip once in a
     fixed order, another seed five of the six drawn; T5's settings drawn (num_buckets even, 8 .. 64,
-    max_distance past the exact region), offsets a range around 0 or random ones; one slip matches."""
+    max_distance past the exact region), offsets a range around 0 or random ones; one slip matches.
+    The exact region one short is drawn only where it sends max_exact - 1 to bucket max_exact both
+    with the clamp and in T5's own code, as the statement says."""
     g = seeded(540 + seed)
     labels = list(_PORT_LABELS)
     drawn = [3, 0, 5, 1, 2, 4] if seed == 0 else torch.randperm(6, generator=g)[:5].tolist()
@@ -298,6 +311,8 @@ def _port_cases(seed: int = 0) -> list[tuple]:
             if draw(g, 0, 1):
                 rel = rel[torch.randint(0, len(rel), (60,), generator=g)]
             buckets = _bucket(rel, bi, nb, md, **_PORT_LABELS[label])
+            if label == "exact_off_by_one" and not _slip_lands_in_max_exact(bi, nb, md):
+                continue  # T5's own code would put max_exact - 1 elsewhere (or leave it): ambiguous
             if not torch.equal(buckets, _bucket(rel, bi, nb, md)) \
                     and _port_matching(rel, bi, nb, md, buckets) == [label]:
                 cases.append((rel, bi, nb, md, buckets))
@@ -318,7 +333,9 @@ def _judge_port_bug(outputs: list, cases: list) -> Judged:
         elif not isinstance(out, str) or out.strip() not in said:
             told = ("generic.wrong_type", f"expected one of {tuple(said)} as a string; got "
                     f"{type_text(out) if not isinstance(out, str) else repr(out[:40])}.",
-                    "return the label, e.g. return \"not_capped\".")
+                    "return the label, e.g. return \"not_capped\". If none of your candidate ports "
+                    "matched, read the table's row again: each says which offsets its slip moves, and "
+                    "where (the exact region one short sends max_exact - 1 to bucket max_exact).")
         elif out.strip() != _port_bug_ref(*case):
             mid, shows = said[label := out.strip()]
             told = (mid, f"you named {label!r}, but that slip does not give these buckets: {shows}.",

@@ -283,7 +283,11 @@ def _judge_shaw_bug(outputs: list, cases: list) -> Judged:
         if per_case[n] == "generic.wrong_type":
             shown = repr(out[:40]) if isinstance(out, str) else type_text(out)
             return Judged(fraction, feedback(f"expected one of the labels {', '.join(map(repr, by_label))}; "
-                                             f"got {shown} for case {n}.", "return the label as a string."),
+                                             f"got {shown} for case {n}.",
+                                             "return the label as a string. If none of your candidates "
+                                             "matched: the scores are float32, so compare with a "
+                                             "tolerance, e.g. torch.allclose(a, b, atol=1e-5); the "
+                                             "default atol=1e-8 is too tight near 0."),
                           "generic.wrong_type", per_case)
     named = [m for m in per_case if m is not None]
     main = max(dict.fromkeys(named), key=named.count)
