@@ -117,6 +117,8 @@ MUTANTS = [
      "wrong rotation counts"),
     ("09_yarn_original_length", "** (2 * low / head_dim)", "** (2 * (low + 1) / head_dim)",
      "off by one pair"),
+    ("09_yarn_original_length", "(ramp > 0.01) & (ramp < 0.99)", "(ramp > 0) & (ramp < 1)",
+     "about 1e-7, not 0"),  # second outside read, finding F: kept pairs' float32 ramp is ~1e-7, not 0
     ("09_diagnose_yarn_port", '{0: "scale_forgotten", 1: "scale_on_q_only"',
      '{0: "scale_on_q_only", 1: "scale_forgotten"', "misread the power of the scale"),
     ("09_diagnose_yarn_port", '"rotation_reversed": scores(theta, sign=-1)',
@@ -439,3 +441,17 @@ def test_the_published_defaults_fail_every_visible_case():
     for method in ("llama3", "yarn"):
         answers = [{"method": method, "factor": c[3] / c[2]} for c in cases]
         assert TASKS["09_design_scaling"].judge(answers, cases).fraction == 0.0
+
+
+def test_a_ramp_fit_that_takes_in_kept_pairs_is_named_and_other_wrong_lengths_are_not():
+    """Second outside read, finding F: every fit over 0 < ramp < 1 (theta in float32 or float64, two points or
+    least squares, either edge) is named on hidden seeds; a length 37 % off is not."""
+    judge = TASKS["09_yarn_original_length"].judge
+    for seed in (1, 2, 3):
+        cases = topic._length_cases(seed)
+        fits = [topic._ramp_fits(*c) for c in cases]
+        for k in range(len(fits[0])):
+            result = judge([f[k] for f in fits], cases)
+            assert result.fraction < 1 and result.mistake == topic.FLOAT32_RAMP, (seed, k)
+        off = judge([1.37 * float(topic._length_ref(*c)) for c in cases], cases)
+        assert off.mistake == "generic.wrong_unknown"

@@ -176,3 +176,18 @@ def test_the_tail_context_key_is_the_plans():
 
 def test_the_t5_key_is_for_a_window_the_lesson_does_not_print():
     assert questions._first_untrained_bucket() == 23 and questions._first_untrained_bucket(64) == 27
+
+
+def test_the_t5_question_keeps_the_bucket_functions_out():
+    """Second outside read, finding C: one call of either bucket function is the lesson's cell with 64 -> 40,
+    so the question forbids both; the formula by hand (lesson 05, section 5) passes."""
+    from posenc_lesson import t5_relative_position_bucket
+    from posenc_lesson.lab.lm_probes import trained_t5_buckets
+
+    qid = "10_q_t5_untrained_bucket"
+    by_hand = assess(qid, outputs_of(qid, lambda: 16 + math.floor(math.log(39 / 16) / math.log(8) * 16) + 1))
+    assert by_hand.points == 1
+    for cheat in (lambda: trained_t5_buckets(40)[-1] + 1,
+                  lambda: int(t5_relative_position_bucket(-torch.arange(40), bidirectional=False).max()) + 1):
+        result = assess(qid, outputs_of(qid, cheat))
+        assert result.points == 0 and result.mistake == "generic.forbidden_call"

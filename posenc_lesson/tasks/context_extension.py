@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .. import rope_scaling as _scaling
 from .concepts import Misconception, choice_judge, question
-from .judges import Mistake, call, draw, pick, seeded, tensor_judge
+from .judges import Mistake, call, diagnoses, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
 
@@ -220,6 +220,47 @@ _LENGTH_MISTAKES = [
             id="context_extension.yarn_length_returned_edge"),
 ]
 
+FLOAT32_RAMP = "context_extension.yarn_length_float32_ramp"
+
+
+def _ramp_fits(inv_freq: Tensor, head_dim: int, factor: float, base: float) -> list[float]:
+    """The lengths a fit of the ramp over every pair with 0 < ramp < 1 gives: in float32 a kept pair's ramp is
+    ~1e-7, not 0 (and an interpolated one's ~1 - 1e-7), so the fit takes in pairs off the ramp. theta in
+    float64 or float32; the line through the first and last such pair, or least squares; T_train from the
+    kept edge (32 turns), the interpolated edge (1 turn), or their mean."""
+    lengths = []
+    for dtype in (torch.float64, torch.float32):
+        theta = _theta(head_dim, base).to(dtype).double()  # (Dh/2,)
+        ramp = (theta - inv_freq.double()) / (theta - theta / factor)  # (Dh/2,)
+        inside = (ramp > 0) & (ramp < 1)
+        i, r = torch.arange(head_dim // 2, dtype=torch.float64)[inside], ramp[inside]
+        if len(i) < 2:
+            continue
+        two = (r[-1] - r[0]) / (i[-1] - i[0])
+        design = torch.stack([i, torch.ones_like(i)], 1)  # (n, 2)
+        ls = torch.linalg.lstsq(design, r[:, None]).solution[:, 0]
+        for slope, at_zero in ((two, r[0] - two * i[0]), (ls[0], ls[1])):
+            low, high = float(-at_zero / slope), float((1 - at_zero) / slope)
+            kept = BETA_FAST * 2 * math.pi * base ** (2 * low / head_dim)
+            turned = BETA_SLOW * 2 * math.pi * base ** (2 * high / head_dim)
+            lengths += [kept, turned, (kept + turned) / 2]
+    return lengths
+
+
+@diagnoses(FLOAT32_RAMP)
+def _float32_ramp(out: Tensor, case: tuple) -> tuple[str, str] | None:
+    """A length that a ramp fit over every pair with 0 < ramp < 1 gives (and the truth does not)."""
+    if out.numel() != 1:
+        return None
+    got, truth = float(out), float(_length_ref(*case))
+    fits = [t for t in _ramp_fits(*case) if math.isfinite(t) and abs(t - truth) > 1e-3 * truth]
+    if not any(abs(got - t) <= 1e-3 * t for t in fits):
+        return None
+    return FLOAT32_RAMP, ("your length is what a line fitted through every pair with 0 < ramp < 1 gives: in "
+                          "float32 a kept pair's ramp is about 1e-7, not 0 (an interpolated pair's about "
+                          "1 - 1e-7), so pairs off the ramp bent your line")
+
+
 register(Task(
     id="09_yarn_original_length",
     kind="derive",
@@ -234,7 +275,8 @@ register(Task(
     run=call,
     judge=tensor_judge(_length_ref, _LENGTH_MISTAKES, ("inv_freq", "head_dim", "factor", "base"),
                        "the training length T_train (a number, within 0.01 %) for which YaRN, with these "
-                       "settings, gives exactly these frequencies."),
+                       "settings, gives exactly these frequencies; inv_freq is float32, so a kept pair's "
+                       "ramp is 0 only to float32 rounding.", symptom=_float32_ramp),
 ))
 
 

@@ -5,7 +5,8 @@ mean of window means, transformers issue #34138, fixed by PR #34387; the mask ig
 window dropped), drawn per case: name the cause and compute the right number; the masks come from
 Task 2's plan (``language._plan_ref``: the first window scores all its targets, later ones their last
 stride, a tail window fewer). And two concept questions, each in a setting the lesson prints no number
-for: the context the tail window gives, and the first T5 bucket a 40-byte window never trains.
+for: the context the tail window gives, and the first T5 bucket a 40-byte window never trains (from T5's
+formula: the library's bucket functions, which answer it in one call, are forbidden there).
 """
 
 from __future__ import annotations
@@ -226,14 +227,17 @@ def _first_untrained_bucket(train_length: int = T5_WINDOW) -> int:
 register(question(
     id="10_q_t5_untrained_bucket", title="Predict: T5's first bucket a 40-byte window never trains",
     entry="answer_10_t5_untrained_bucket",
-    forbidden=("posenc_lesson.tasks.language_questions._first_untrained_bucket",),
+    forbidden=("posenc_lesson.tasks.language_questions._first_untrained_bucket",
+               "posenc_lesson.t5_relative_position_bucket",  # one call of either is lesson 10's cell 38
+               "posenc_lesson.lab.lm_probes.trained_t5_buckets"),
     judge=number_judge(_first_untrained_bucket, [
         Misconception(lambda: _first_untrained_bucket(64), "that is the first bucket a 64-byte window never "
                       "trains, the lesson's; a window of 40 reaches fewer logarithmic buckets.",
                       "which bucket does the largest distance of a 40-byte window fall in?",
                       id="language.bucket_of_the_lessons_window"),
         Misconception(T5_WINDOW, "buckets are not distances: past 16 they grow logarithmically, so many "
-                      "distances share one bucket.", "compute bucket(39) with t5_relative_position_bucket.",
+                      "distances share one bucket.",
+                      "put the largest distance, 39, through T5's bucket formula.",
                       id="language.bucket_is_distance"),
         Misconception(16, "distances 16 .. 39 are reached in training too: they fall in the logarithmic "
                       "buckets from 16 on.", "the largest distance in a window of 40 is 39.",
