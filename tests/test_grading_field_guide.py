@@ -122,6 +122,39 @@ def test_a_wrong_cause_is_named_by_the_bug_it_missed(cause):
     assert result.points == pytest.approx((1 + 3 * 0.5) / len(cases), abs=0.01)  # the fix is right
 
 
+def _first_real_reader(mask, observed):
+    """A learner who follows the explained solution literally: the decode column if the prompts are
+    right, else each row's first real token against its number of pads, a one-pad row skipped."""
+    real = mask == 1
+    ids = (mask.long().cumsum(-1) - 1).masked_fill(~real, 0)
+    seen = observed.long()
+    if torch.equal(seen[:, :-1][real[:, :-1]], ids[:, :-1][real[:, :-1]]):
+        cause = "decode_offset_forgotten" if bool((seen[:, -1] == 0).all()) else "cache_length_on_decode"
+        return cause, ids
+    for row in range(mask.shape[0]):
+        pads = int((mask[row] == 0).sum())
+        if pads != 1:
+            first = int(seen[row, pads])
+            return ("off_by_one" if first == 1 else "mask_blind" if first == pads else "?"), ids
+    return "?", ids
+
+
+@pytest.mark.parametrize("seed", range(1, 40))
+def test_the_explained_evidence_is_in_every_hidden_batch(seed):
+    """Second outside read, finding 1: the hints and the explanation once pointed at an unpadded row,
+    which most hidden batches lack. Now they point at each row's first real token against its pads:
+    every mask_blind / off_by_one batch holds a row with no pad or two or more, and the rule scores 1."""
+    from posenc_lesson.tasks.field_guide import _PAD_SAID, _pad_cause
+
+    cases = tasks.hidden_cases(TASK, seed)
+    for mask, observed in cases:
+        if _pad_cause(mask, observed) in ("mask_blind", "off_by_one"):
+            assert bool(((mask == 0).sum(-1) != 1).any()), (seed, mask)
+    result = assess(TASK, [_first_real_reader(*case) for case in cases], cases)
+    assert result.points == result.max_points, (seed, result.feedback)
+    assert not any("unpadded" in said or "no pads" in said for said in _PAD_SAID.values())
+
+
 def test_the_pad_values_are_free_and_no_pad_value_diagnosis_is_declared():
     declared = set(TASKS[TASK].judge.mistakes)
     assert not any("pad_value" in m for m in declared)
@@ -303,3 +336,44 @@ def test_field_guide_kinds():
     kinds = {t: TASKS[t].kind for t in TASKS if t.startswith("12_") and TASKS[t].run != "answer"}
     assert kinds == {"12_gemma3_layer_frequencies": "read", "12_diagnose_pad_positions": "diagnose",
                      "12_longrope_frequencies": "implement", "12_diagnose_prope_port": "diagnose"}
+
+
+# --------------------------------------------------------------------------------------
+# The concept questions (field_guide_questions.py), after the second outside read
+# --------------------------------------------------------------------------------------
+
+
+def test_phi2_key_is_measured_from_the_library_and_the_library_is_forbidden():
+    """Finding 3: the question is answered by reasoning, not by one describe_positions call; its key is
+    measured (apply_rope on e_0 with describe_positions' layout and width); option c is the pairing
+    across the whole head, a misconception the lesson's convention rules out."""
+    from posenc_lesson import describe_positions
+    from posenc_lesson.tasks import field_guide_questions as fq
+    from posenc_lesson.tasks.concepts import correct_option
+
+    qid = "12_q_phi2_layout"
+    spec = describe_positions(fq.PHI2_CONFIG)
+    assert (spec.layout, spec.rotary_dim, spec.head_dim) == ("half", 32, 80)
+    assert fq._phi2_rotation() == (32, 16) and correct_option(fq.PHI2_OPTIONS, fq._phi2_rotation) == "b"
+    assert TASKS[qid].kind == "read"
+    assert assess(qid, outputs_of(qid, "c")).mistake == "field_guide.partial_pairs_across_head"
+    cheat = assess(qid, outputs_of(qid, lambda: "b" if describe_positions(fq.PHI2_CONFIG).rotary_dim == 32
+                                   else "a"))
+    assert cheat.points == 0 and cheat.mistake == "generic.forbidden_call"
+
+
+def test_llama4_question_asks_for_the_temperatures_factor_only():
+    """Finding 2: a RoPE layer's logits are not a multiple of a NoPE layer's (rotation, qk-norm), so the
+    question asks for the temperature's factor; the key stays s(20000) = 1 + 0.1 ln 3."""
+    import math
+
+    from posenc_lesson.tasks import field_guide_questions as fq
+
+    qid = "12_q_llama4_temperature"
+    assert fq._temperature_ratio() == pytest.approx(1 + 0.1 * math.log(3), rel=1e-6)
+    cells = {c.metadata["nbgrader"]["grade_id"]: c.source
+             for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
+    statement = cells[f"{qid}_task"]
+    assert "use_qk_norm" in statement and "Only the temperature is asked" in statement
+    assert assess(qid, outputs_of(qid, fq._temperature_ratio() ** 2)).mistake == \
+        "field_guide.llama4_keys_scaled_too"

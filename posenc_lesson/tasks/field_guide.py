@@ -313,8 +313,12 @@ _PAD_FIX = tensor_judge(lambda m, o: _pad_ref(m), _PAD_MISTAKES, ("mask", "obser
                         "a real token's position is the number of real tokens before it in its row; any "
                         "value on the pads (they are not graded); a (B, T) tensor.")
 _PAD_SAID = {  # cause -> where its evidence sits
-    "mask_blind": "compare a padded row's first real token with an unpadded row's first token.",
-    "off_by_one": "look at the first real token of a row that has no pads.",
+    # every batch of these two holds a row with no pad or with two or more (cases are drawn so that
+    # one bug fits: a row with one pad puts its first real token at 1 under both)
+    "mask_blind": "look at each row's first real token against the number of pads before it; a row with "
+                  "one pad cannot tell, read the others.",
+    "off_by_one": "look at each row's first real token, padded rows included: where would it sit if its "
+                  "row were alone? A row with one pad cannot tell, read the others.",
     "cache_length_on_decode": "look at the decoded token (last column) of a padded row: how many real "
                               "tokens come before it?",
     "decode_offset_forgotten": "look at the decoded token (last column): where does the prompt leave off?",

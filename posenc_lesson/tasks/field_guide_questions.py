@@ -1,7 +1,7 @@
 """Lesson 12's concept questions (exercises/12_field_guide.ipynb), on configs and layers the lesson does
-not print: Phi-2's layout and rotated width (partial_rotary_factor, no head_dim key), and how Llama 4's
-query temperature treats a RoPE layer and a NoPE layer; the right answers computed by
-``describe_positions``.
+not print: which of Phi-2's channels turn and which channel each pairs with (partial_rotary_factor, no
+head_dim key; the answer read from ``describe_positions`` and ``apply_rope``), and by what factor
+Llama 4's query temperature scales a NoPE layer against a RoPE layer (``describe_positions``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 import torch
 
 from .. import field_guide as _guide
+from ..rope import apply_rope
 from .concepts import Misconception, choice_judge, number_judge, question
 from .registry import register
 
@@ -35,15 +36,32 @@ SCOUT_TEXT = {
 }
 
 
-def _phi2_layout() -> str:
-    """Phi-2's RoPE layout and rotated width, as transformers applies them."""
+PHI2_OPTIONS = {  # letter -> (channels of a head that turn, the channel that channel 0 pairs with)
+    "a": (80, 40),  # the whole head
+    "b": (32, 16),
+    "c": (32, 40),  # a share of the head, paired across the whole head
+    "d": (1024, 512),  # the share taken of hidden_size
+}
+
+
+def _phi2_rotation() -> tuple[int, int]:
+    """Phi-2 as transformers rotates it: (channels of a head that turn, channel 0's partner), measured
+    by rotating the unit vector e_0 with the layout and width describe_positions reads."""
     spec = _guide.describe_positions(PHI2_CONFIG)
-    return f"{spec.layout} {spec.rotary_dim}"
+    e0 = torch.zeros(1, spec.head_dim, dtype=torch.float64)
+    e0[0, 0] = 1.0
+    turned = apply_rope(e0, torch.tensor([1]), layout=spec.layout, rotary_dim=spec.rotary_dim)[0]  # (Dh,)
+    moved = [c for c in range(1, spec.head_dim) if abs(float(turned[c])) > 1e-12]
+    if len(moved) != 1:
+        raise ValueError("channel 0 should turn with exactly one partner")
+    return int(spec.rotary_dim), moved[0]
 
 
 def _temperature_ratio(position: int = 20_000, nope_layer: int = 7, rope_layer: int = 5) -> float:
-    """Llama 4 Scout: the query scale of layer ``nope_layer`` over that of ``rope_layer`` at ``position``
-    (a layer whose scheme is not NoPE keeps its queries as they are)."""
+    """Llama 4 Scout: the factor attn_temperature_tuning multiplies layer ``nope_layer``'s queries by at
+    ``position``, over the factor it applies to layer ``rope_layer``'s (1 in a layer whose scheme is not
+    NoPE: the temperature leaves its queries unscaled; RoPE and qk-norm act there, but they are not the
+    temperature)."""
     spec = _guide.describe_positions(SCOUT_TEXT)
 
     def scale(layer: int) -> float:
@@ -62,12 +80,16 @@ def _smooth_ratio() -> float:
 register(
     question(
         id="12_q_phi2_layout",
-        title="Read a config: Phi-2's layout and rotated width",
+        kind="read",
+        title="Read a config: which of Phi-2's channels turn, and with which partner",
         entry="answer_12_phi2_layout",
-        forbidden=("posenc_lesson.tasks.field_guide_questions._phi2_layout",),
+        forbidden=("posenc_lesson.tasks.field_guide_questions._phi2_rotation",
+                   "posenc_lesson.describe_positions", "posenc_lesson.PositionSpec",
+                   "posenc_lesson.field_guide", "posenc_lesson.field_guide_families",
+                   "posenc_lesson.apply_rope"),
         judge=choice_judge(
-            {"a": "half 80", "b": "half 32", "c": "interleaved 32", "d": "half 1024"},
-            _phi2_layout,
+            PHI2_OPTIONS,
+            _phi2_rotation,
             [
                 Misconception(
                     "a",
@@ -78,11 +100,12 @@ register(
                 ),
                 Misconception(
                     "c",
-                    "you took a rotated share of the head for GLM's interleaved layout: the layout is a "
-                    "property of the family's modeling code, not of partial_rotary_factor, and Phi's code "
-                    "uses rotate_half.",
-                    "look at which channels Phi's rotate_half pairs.",
-                    id="field_guide.partial_means_interleaved",
+                    "you took the share of the head that turns but paired across the whole head (i with "
+                    "i + head_dim/2): the half layout acts on the rotated slice only, the first rotary_dim "
+                    "channels, and pairs i with i + rotary_dim/2 within it; the other channels pass "
+                    "through.",
+                    "which channels does rotate_half see when only the first rotary_dim of them turn?",
+                    id="field_guide.partial_pairs_across_head",
                 ),
                 Misconception(
                     "d",
@@ -91,8 +114,8 @@ register(
                     id="field_guide.partial_factor_of_hidden",
                 ),
             ],
-            "describe_positions(config) reads the layout and the rotated width; which width does "
-            "partial_rotary_factor take a share of?",
+            "which width does partial_rotary_factor take a share of, and which channels does the half "
+            "layout pair when only part of the head turns?",
         ),
     )
 )
@@ -110,8 +133,8 @@ register(
                     1.0,
                     "you treated the two layers alike: the temperature scales the queries of the NoPE layers "
                     "only (layers 3, 7, 11, ...: the fourth of each group of four), whose softmax would "
-                    "flatten over a long context; the RoPE layers attend within 8,192-token chunks and keep "
-                    "their queries.",
+                    "flatten over a long context; the RoPE layers attend within 8,192-token chunks, and the "
+                    "temperature leaves their queries unscaled.",
                     "which of layers 5 and 7 is a NoPE layer, and which layers does attn_temperature_tuning "
                     "scale?",
                     id="field_guide.llama4_every_layer_scaled",
@@ -125,7 +148,7 @@ register(
                 ),
                 Misconception(
                     lambda: _temperature_ratio() ** 2,
-                    "you scaled queries and keys both, so the logits grow by s twice: transformers "
+                    "you scaled queries and keys both, so the logits grow by s twice: the temperature "
                     "multiplies the queries only.",
                     "q . k grows by s when only q is scaled.",
                     id="field_guide.llama4_keys_scaled_too",
