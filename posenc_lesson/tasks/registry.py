@@ -355,9 +355,14 @@ def public_name(name: str) -> str:
 
 def forbidden_feedback(task: Task, name: str) -> str:
     what = task.title.split(" (")[0]
-    if task.run == "answer" and name.startswith("posenc_lesson"):
+    if task.run == "answer" and name.startswith(("posenc_lesson.tasks", "posenc_lesson.grad",
+                                                  "posenc_lesson.harness")):
         return (f"this concept question asks for your own answer ({what}); your answer calls "
                 f"{public_name(name)}, the grader's own code, which no answer may call.")
+    if task.run == "answer" and name.startswith("posenc_lesson"):
+        return (f"this concept question asks for your own prediction ({what}); your answer calls "
+                f"{public_name(name)}, which answers it for you, so this question does not allow it. "
+                "Reason it out first; check with that function once you have answered.")
     if name.startswith(("posenc_lesson", "torch")):
         return (f"this task asks you to implement it yourself ({what}); your answer calls "
                 f"{public_name(name)}, which this task does not allow. Write it with torch operations "
