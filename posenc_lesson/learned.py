@@ -45,7 +45,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"sequence length T={t} exceeds max_len={self.max_len}: a learned table has no "
                 f"rows past max_len, so it cannot extrapolate. Truncate the input to "
                 f"{self.max_len} tokens, build the table with a larger max_len and train it, or "
-                f"use a scheme that extrapolates (sinusoidal, RoPE, ALiBi)")
+                f"use a scheme defined at every position (sinusoidal, RoPE, ALiBi)")
         return x + self.table[:t].to(x.dtype)  # (B, T, D)
 
     def extra_repr(self) -> str:

@@ -1,7 +1,8 @@
 r"""A byte-level language-modelling corpus that ships, and how a language model is scored on it.
 
 The corpus is real English prose nobody here wrote: Genesis to Esther of the King James Version
-(1611, public domain), 1.9 MB of ASCII, committed as data/corpus/kjv_genesis_esther.txt with its
+(the modern standard text descended from the 1769 revision; data/corpus/README.md gives its
+licence), 1.9 MB of ASCII, committed as data/corpus/kjv_genesis_esther.txt with its
 source, licence and SHA-256 (data/corpus/README.md; tools/make_corpus.py rebuilt it from Debian's
 bible-kjv-text package). ``load_corpus`` checks the checksum, so a changed file fails loudly.
 
