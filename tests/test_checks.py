@@ -86,10 +86,13 @@ def test_every_task_has_a_solution_cell_and_a_test_cell_with_its_points():
     assert all(task_id[:2] == stem[:2] for task_id, stem in seen.items())
 
 
-def test_the_course_has_enough_tasks_and_a_find_the_bug_task_per_lesson():
+def test_the_course_has_enough_tasks_and_a_diagnosis_task_per_lesson():
+    """Every exercise notebook asks for at least one diagnosis (issue 32: the find-the-bug tasks of
+    lessons 01-07 became diagnoses with the cause drawn per case, and every later lesson has one)."""
     assert len(TASKS) >= 14
-    for lesson in ("01", "02", "03", "04", "05", "06", "07"):
-        assert any(t.startswith(f"{lesson}_fix_") for t in TASKS), lesson
+    for lesson in ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"):
+        kinds = {task.kind for t, task in TASKS.items() if t.startswith(f"{lesson}_")}
+        assert "diagnose" in kinds, lesson
 
 
 # ---------------------------------------------------------------------------------------------
