@@ -72,7 +72,10 @@ def train(model: nn.Module, make_batch: MakeBatch, *, steps: int, lr: float = 3e
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1.0 + math.cos(math.pi * s / steps)))
     model.train()
     losses: list[float] = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
+    # mininterval=1: a Jupyter widget redraws once a second, not ten times (tqdm's 0.1 s). Each redraw
+    # is a kernel message; ten a second for a minute overflowed the 1,000 messages ZeroMQ keeps for
+    # a reader (nbval) that reads only once the cell ends, which then timed out waiting (CI, lesson 08).
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True, mininterval=1.0)
     for _ in bar:
         tokens, targets = make_batch(generator=generator)  # (B, T) each
         loss = masked_loss(model(tokens), targets)
