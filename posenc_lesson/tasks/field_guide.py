@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from .. import field_guide as _guide
-from ..harness.in_kernel import learner_text
 from ..lab.field_bugs import positions_from_mask
+from .diagnosis import cause_and_fix
 from .judges import (
     Judged,
     Mistake,
@@ -32,9 +32,8 @@ from .judges import (
     pick,
     seeded,
     tensor_judge,
-    type_text,
 )
-from .registry import Task, is_marker, register
+from .registry import Task, register
 
 # Every task: the library's frequencies and config reader would solve it.
 GUIDE_FORBIDDEN = (
@@ -334,39 +333,20 @@ def _pads_zeroed(out: Any, mask: Tensor) -> Any:
 
 @diagnoses(*(f"field_guide.pad_cause_missed_{c}" for c in PAD_CAUSES), *_PAD_FIX.mistakes)
 def _pad_judge(outputs: list, cases: list) -> Judged:
-    """Per case half a share for the cause, half for the fix; the most frequent mistake is named."""
-    per_case: list[str | None] = []
-    said: dict[str, str] = {}
-    earned = 0.0
-    for out, (mask, observed) in zip(outputs, cases, strict=True):
-        if is_marker(out, "error") or not (isinstance(out, list | tuple) and len(out) == 2):
-            wrong = "generic.error" if is_marker(out, "error") else "generic.wrong_type"
-            per_case.append(wrong)
-            what = (f"your code raised {learner_text(out['error'])}." if wrong == "generic.error"
-                    else f"expected a pair (cause, ids), got {type_text(out)}.")
-            said[wrong] = feedback(what, f"return one of {tuple(PAD_CAUSES)} and the (B, T) ids.")
-            continue
-        cause, ids = out
-        truth = _pad_cause(mask, observed)
-        cause_id = None if isinstance(cause, str) and cause.strip() == truth else \
-            f"field_guide.pad_cause_missed_{truth}"
-        fixed = _PAD_FIX([_pads_zeroed(ids, mask)], [(mask, observed)])
-        earned += 0.5 * (cause_id is None) + 0.5 * fixed.fraction
-        if cause_id is not None:
-            named = (f"you named {cause.strip()!r}; on this batch {cause.strip()!r} would give other ids"
-                     if isinstance(cause, str) and cause.strip() in PAD_CAUSES
-                     else f"{cause!r} is not one of {tuple(PAD_CAUSES)}")
-            said.setdefault(cause_id, feedback(named + ".", _PAD_SAID[truth]))
-        elif fixed.mistake is not None:
-            said.setdefault(fixed.mistake, "the cause is right; the fix is not: " + fixed.feedback)
-        per_case.append(cause_id or fixed.mistake)
-    wrong_ids = [m for m in per_case if m is not None]
-    if not wrong_ids:
-        return Judged(1.0, f"passed: all {len(cases)} batches diagnosed and fixed.", None, per_case)
-    main = max(dict.fromkeys(wrong_ids), key=wrong_ids.count)  # the most frequent, the first on a tie
-    return Judged(earned / len(cases), f"{len(wrong_ids)} of {len(cases)} batches not right; " + said[main],
-                  main, per_case)
+    """Per case half a share for the cause, half for the fix (tasks/diagnosis.py)."""
+    def cause_of(cause: object, case: tuple) -> tuple[str | None, str]:
+        truth = _pad_cause(*case)
+        if isinstance(cause, str) and cause.strip() == truth:
+            return None, ""
+        named = (f"you named {cause.strip()!r}; on this batch {cause.strip()!r} would give other ids"
+                 if isinstance(cause, str) and cause.strip() in PAD_CAUSES
+                 else f"{cause!r} is not one of {tuple(PAD_CAUSES)}")
+        return f"field_guide.pad_cause_missed_{truth}", feedback(named + ".", _PAD_SAID[truth])
 
+    return cause_and_fix(outputs, cases, pair=("cause", "ids"), unit="batches", done="diagnosed and fixed",
+                         cause_of=cause_of,
+                         fix_of=lambda ids, case: _PAD_FIX([_pads_zeroed(ids, case[0])], [case]),
+                         how=f"return one of {tuple(PAD_CAUSES)} and the (B, T) ids.")
 
 register(
     Task(

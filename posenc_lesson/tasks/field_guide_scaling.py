@@ -13,10 +13,10 @@ import torch
 from torch import Tensor
 
 from .. import rope_scaling as _scaling
-from ..harness.in_kernel import learner_text
+from .diagnosis import cause_and_fix
 from .field_guide import GUIDE_FORBIDDEN, _theta
-from .judges import Mistake, call, close, diagnoses, draw, feedback, pick, seeded, tensor_judge, type_text
-from .registry import Judged, Task, is_marker, register
+from .judges import Mistake, call, close, diagnoses, draw, feedback, pick, seeded, tensor_judge
+from .registry import Judged, Task, register
 
 # --------------------------------------------------------------------------------------
 # 12_longrope_frequencies: the short factors up to L, the long ones beyond
@@ -250,39 +250,17 @@ def _cause_reasoning(truth: str, answer: object) -> str:
 
 @diagnoses(*_CAUSE_SAID, *_FIX_JUDGE.mistakes)
 def _prope_judge(outputs: list, cases: list) -> Judged:
-    """Per case half a share for the cause, half for the fix; the most frequent mistake is named."""
-    per_case: list[str | None] = []
-    said: dict[str, str] = {}
-    earned = 0.0
-    for out, case in zip(outputs, cases, strict=True):
-        if is_marker(out, "error"):
-            per_case.append("generic.error")
-            said["generic.error"] = feedback(f"your code raised {learner_text(out['error'])}.",
-                                             "return (cause, theta) for every port.")
-            continue
-        if not (isinstance(out, list | tuple) and len(out) == 2):
-            per_case.append("generic.wrong_type")
-            said["generic.wrong_type"] = feedback(
-                f"expected a pair (cause, theta), got {type_text(out)}.", "return cause, theta.")
-            continue
-        cause, theta = out
+    """Per case half a share for the cause, half for the fix (tasks/diagnosis.py)."""
+    def cause_of(cause: object, case: tuple) -> tuple[str | None, str]:
         truth = _prope_cause(*case)
-        right = isinstance(cause, str) and cause.strip() == truth
-        cause_id = None if right else _cause_reasoning(truth, cause)
-        fixed = _FIX_JUDGE([theta], [case[:3]])
-        earned += 0.5 * (cause_id is None) + 0.5 * fixed.fraction
-        if cause_id is not None:
-            said[cause_id] = feedback(*_CAUSE_SAID[cause_id])
-        elif fixed.mistake is not None:
-            said.setdefault(fixed.mistake, "the cause is right; the fix is not: " + fixed.feedback)
-        per_case.append(cause_id or fixed.mistake)
-    wrong = [m for m in per_case if m is not None]
-    if not wrong:
-        return Judged(1.0, f"passed: all {len(cases)} ports diagnosed and fixed.", None, per_case)
-    main = max(dict.fromkeys(wrong), key=wrong.count)  # the most frequent, the first on a tie
-    return Judged(earned / len(cases), f"{len(wrong)} of {len(cases)} ports not right; " + said[main],
-                  main, per_case)
+        if isinstance(cause, str) and cause.strip() == truth:
+            return None, ""
+        wrong = _cause_reasoning(truth, cause)
+        return wrong, feedback(*_CAUSE_SAID[wrong])
 
+    return cause_and_fix(outputs, cases, pair=("cause", "theta"), unit="ports", done="diagnosed and fixed",
+                         cause_of=cause_of, fix_of=lambda theta, case: _FIX_JUDGE([theta], [case[:3]]),
+                         how="return (cause, theta) for every port.")
 
 register(
     Task(

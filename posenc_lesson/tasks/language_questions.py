@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..harness.in_kernel import learner_text
 from ..lab import lm_probes as _probes
 from .concepts import Misconception, number_judge, question
-from .judges import Mistake, draw, feedback, seeded, tensor_judge, type_text
+from .diagnosis import cause_and_fix
+from .judges import Mistake, draw, feedback, seeded, tensor_judge
 from .language import LAB_FORBIDDEN, LN2, _plan_ref
-from .registry import Judged, Task, diagnoses, is_marker, register
+from .registry import Judged, Task, diagnoses, register
 
 # --------------------------------------------------------------------------------------
 # 10_fix_window_mean (diagnose): a colleague's bits-per-byte average, right or with one of four bugs
@@ -123,39 +123,17 @@ def _mean_reasoning(truth: str, answer: object) -> str:
 
 @diagnoses(*_MEAN_SAID, *_MEAN_FIX.mistakes)
 def _mean_judge(outputs: list, cases: list) -> Judged:
-    """Per case half a share for the cause, half for the right number; the most frequent mistake is named."""
-    per_case: list[str | None] = []
-    said: dict[str, str] = {}
-    earned = 0.0
-    for out, case in zip(outputs, cases, strict=True):
-        if is_marker(out, "error"):
-            per_case.append("generic.error")
-            said["generic.error"] = feedback(f"your code raised {learner_text(out['error'])}.",
-                                             "return (cause, bpb) for every case.")
-            continue
-        if not (isinstance(out, list | tuple) and len(out) == 2):
-            per_case.append("generic.wrong_type")
-            said["generic.wrong_type"] = feedback(f"expected a pair (cause, bpb), got {type_text(out)}.",
-                                                  "return cause, bpb.")
-            continue
-        cause, bpb = out
+    """Per case half a share for the cause, half for the right number (tasks/diagnosis.py)."""
+    def cause_of(cause: object, case: tuple) -> tuple[str | None, str]:
         truth = _mean_cause(*case)
-        right = isinstance(cause, str) and cause.strip() == truth
-        cause_id = None if right else _mean_reasoning(truth, cause)
-        fix = _MEAN_FIX([bpb], [case[:2]])
-        earned += 0.5 * (cause_id is None) + 0.5 * fix.fraction
-        if cause_id is not None:
-            said[cause_id] = feedback(*_MEAN_SAID[cause_id])
-        elif fix.mistake is not None:
-            said.setdefault(fix.mistake, "the cause is right; the number is not: " + fix.feedback)
-        per_case.append(cause_id or fix.mistake)
-    wrong = [m for m in per_case if m is not None]
-    if not wrong:
-        return Judged(1.0, f"passed: all {len(cases)} averages diagnosed and computed.", None, per_case)
-    main = max(dict.fromkeys(wrong), key=wrong.count)  # the most frequent, the first on a tie
-    return Judged(earned / len(cases), f"{len(wrong)} of {len(cases)} cases not right; " + said[main],
-                  main, per_case)
+        if isinstance(cause, str) and cause.strip() == truth:
+            return None, ""
+        wrong = _mean_reasoning(truth, cause)
+        return wrong, feedback(*_MEAN_SAID[wrong])
 
+    return cause_and_fix(outputs, cases, pair=("cause", "bpb"), unit="cases", done="diagnosed and computed",
+                         cause_of=cause_of, fix_of=lambda bpb, case: _MEAN_FIX([bpb], [case[:2]]),
+                         how="return (cause, bpb) for every case.", fix_noun="number")
 
 register(Task(
     id="10_fix_window_mean",

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from .. import rope as _rope
-from ..harness.in_kernel import learner_text
 from .context_extension import ROTATION_FORBIDDEN, SCALING_FORBIDDEN, _theta
+from .diagnosis import cause_and_fix
 from .judges import (
     Judged,
     Mistake,
@@ -35,9 +35,8 @@ from .judges import (
     randn,
     seeded,
     tensor_judge,
-    type_text,
 )
-from .registry import Task, diagnoses, is_marker, register
+from .registry import Task, diagnoses, register
 
 # --------------------------------------------------------------------------------------
 # 09_fix_partial_rotary (diagnose): which bug, if any, made the port's output; and the fix
@@ -198,40 +197,19 @@ def _cause_reasoning(truth: str, answer: object) -> str:
 
 @diagnoses(*_CAUSE_SAID, *_PARTIAL_JUDGE.mistakes)
 def _partial_judge(outputs: list, cases: list) -> Judged:
-    """Per case half a share for the cause, half for the fix; the most frequent mistake is named."""
-    per_case: list[str | None] = []
-    said: dict[str, str] = {}
-    earned = 0.0
-    for out, case in zip(outputs, cases, strict=True):
-        if is_marker(out, "error"):
-            per_case.append("generic.error")
-            said["generic.error"] = feedback(f"your code raised {learner_text(out['error'])}.",
-                                             "return (cause, fixed) for every port.")
-            continue
-        if not (isinstance(out, list | tuple) and len(out) == 2):
-            per_case.append("generic.wrong_type")
-            said["generic.wrong_type"] = feedback(f"expected a pair (cause, fixed), got {type_text(out)}.",
-                                                  "return cause, fixed.")
-            continue
-        cause, fixed = out
+    """Per case half a share for the cause, half for the fix (tasks/diagnosis.py)."""
+    def cause_of(cause: object, case: tuple) -> tuple[str | None, str]:
         truth = _partial_cause(*case)
-        right = isinstance(cause, str) and cause.strip() == truth
-        cause_id = None if right else _cause_reasoning(truth, cause)
-        fix = _fix_judge(fixed, case[:4])
-        earned += 0.5 * (cause_id is None) + 0.5 * fix.fraction
-        if cause_id is not None:
-            said[cause_id] = feedback(*_CAUSE_SAID[cause_id])
-        elif fix.mistake is not None:
-            said.setdefault(fix.mistake, "the cause is right; the fix is not: " + fix.feedback)
-        per_case.append(cause_id or fix.mistake)
-    wrong = [m for m in per_case if m is not None]
-    if not wrong:
-        return Judged(1.0, f"passed: all {len(cases)} ports diagnosed and fixed (GPT-J's interleaved pairs "
-                      "and GPT-NeoX's pairs (i, i + rotary_dim/2) both pass).", None, per_case)
-    main = max(dict.fromkeys(wrong), key=wrong.count)  # the most frequent, the first on a tie
-    return Judged(earned / len(cases), f"{len(wrong)} of {len(cases)} ports not right; " + said[main],
-                  main, per_case)
+        if isinstance(cause, str) and cause.strip() == truth:
+            return None, ""
+        wrong = _cause_reasoning(truth, cause)
+        return wrong, feedback(*_CAUSE_SAID[wrong])
 
+    return cause_and_fix(outputs, cases, pair=("cause", "fixed"), unit="ports",
+                         done="diagnosed and fixed (GPT-J's interleaved pairs and GPT-NeoX's pairs "
+                              "(i, i + rotary_dim/2) both pass)",
+                         cause_of=cause_of, fix_of=lambda fixed, case: _fix_judge(fixed, case[:4]),
+                         how="return (cause, fixed) for every port.")
 
 register(Task(
     id="09_fix_partial_rotary",
