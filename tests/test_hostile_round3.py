@@ -17,6 +17,9 @@ lessons 01 and 06 and must get full marks, unflagged. Each attack scored full ma
   a library file's name);
 - ``grader_text``: an answer that returns an object whose class is named like a note from the
   grader, and one that leaves a thread so named running (the refusal names it);
+- ``source_exec``: the library's RoPE compiled afresh from its source file (``inspect.getsource``
+  and ``exec``): new code, the learner's, that the stubs never see; flagged only, until the
+  zygote masked the source of every library module it had loaded (``sandbox.loaded_library_files``);
 - ``bomb``: a cell that writes an IPython payload of millions of references to one list into its
   ``execute_reply``, which the grader used to parse whole (hundreds of MB outside every cgroup).
 
@@ -150,9 +153,25 @@ get_ipython().payload_manager.write_payload({"source": "page", "data": {"text/pl
 def answer_06_half_pairs():
     return "b"
 '''}
+SOURCE_EXEC = {"06_apply_rope_interleaved": '''
+import inspect
+import posenc_lesson.rope as _r
+
+
+class _Pass:  # the library's argument checks, each returning the value it checks
+    def __getattr__(self, _name):
+        return lambda name, value, *rest, **kw: value
+
+
+def apply_rope_interleaved(x, positions):
+    source = inspect.getsource(_r).replace("from . import _checks", "_checks = _PASS")
+    ns = {"__name__": "copied_rope", "_PASS": _Pass()}
+    exec(source, ns)  # the library's RoPE, compiled afresh from its file: new code, the learner's
+    return ns["apply_rope"](x, positions)
+'''}
 ATTACKS = {"compiled_name": (ROPE, COMPILED_NAME), "modes_popped": (PERM, MODES_POPPED),
            "forged_harvest": (ROPE, FORGED_HARVEST), "grader_type": (ROPE, GRADER_TYPE),
-           "grader_refusal": (ROPE, GRADER_REFUSAL), "bomb": (ROPE, BOMB)}
+           "grader_refusal": (ROPE, GRADER_REFUSAL), "source_exec": (ROPE, SOURCE_EXEC), "bomb": (ROPE, BOMB)}
 _FORGED = ("06_apply_rope_interleaved", "06_apply_rope_half", "06_rotation_matrix", "06_convert_layout")
 # (student, task) -> what must happen: "zero" (scores 0), "flagged" (a flag on that cell), or "both"
 OUTCOMES = {
@@ -161,7 +180,7 @@ OUTCOMES = {
     **{("forged_harvest", t): "zero" for t in _FORGED},
     ("forged_harvest", "06_apply_rope_interleaved"): "both",
     ("grader_type", "06_apply_rope_half"): "zero", ("grader_refusal", "06_apply_rope_interleaved"): "both",
-    ("bomb", "06_q_half_pairs"): "both",
+    ("source_exec", "06_apply_rope_interleaved"): "both", ("bomb", "06_q_half_pairs"): "both",
 }
 
 

@@ -43,8 +43,8 @@ from .errors import InfrastructureError
 from .shut_in import INSIDE, SYS_PIVOT_ROOT, UID_BASE, Spec, close_fds, enter_zygote
 
 __all__ = ["HOW_TO_FIX", "INSIDE", "UID_BASE", "Spec", "close_fds", "enter_zygote", "hide_from_kernels",
-           "in_container", "kernel_env", "kernel_groups", "make_spec", "outermost", "probe", "python_paths",
-           "unsupported", "warden", "wrapper"]
+           "in_container", "kernel_env", "kernel_groups", "loaded_library_files", "make_spec", "outermost",
+           "probe", "python_paths", "unsupported", "warden", "wrapper"]
 
 _HIDDEN: set[str] = set()  # files or folders masked inside every kernel (hide_from_kernels)
 
@@ -58,6 +58,25 @@ def hide_from_kernels(*paths: str | Path) -> None:
     usable in the forked kernels.
     """
     _HIDDEN.update(str(Path(p).resolve()) for p in paths)
+
+
+def loaded_library_files() -> list[str]:
+    """The source of every module of ``posenc_lesson`` this process has imported, and every
+    ``__pycache__`` folder of the package: what the zygote masks in each kernel it forks.
+
+    A forked kernel has these modules in memory already, so it runs them without their files;
+    a learner's code cannot read their source (``inspect.getsource``, ``open``), compile it
+    afresh or re-import it (``importlib.reload`` reads an empty file). Modules the zygote did not
+    import stay readable, so that a kernel can still import them."""
+    package = Path(__file__).resolve().parents[1]
+    files = set()
+    for module in list(sys.modules.values()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str) and os.path.isabs(where) and package in Path(where).resolve().parents:
+            files.add(str(Path(where).resolve()))
+    for folder, dirs, _files in os.walk(package):
+        files.update(str(Path(folder, d)) for d in dirs if d == "__pycache__")
+    return sorted(files)
 
 
 def python_paths() -> list[str]:

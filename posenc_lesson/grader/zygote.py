@@ -128,6 +128,8 @@ def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -
             importlib.import_module(name)
     if box is not None:
         box.binds = sandbox.outermost([*box.binds, *sandbox.python_paths()])
+        if not box.contained:  # each kernel runs the library from memory: its files are masked there
+            box.hide = sorted({*box.hide, *sandbox.loaded_library_files()})
     signal.signal(signal.SIGCHLD, _reap)
     out = sys.stdout
     out.write(json.dumps({"ready": os.getpid()}) + "\n")
