@@ -1,7 +1,8 @@
 """Lesson 06's derivation tasks (posenc_lesson/tasks/rope.py): the half layout from the channel order
 of Hugging Face's conversion, R_m from one step, and the rows that keep every score (issue 32); the
-diagnosis of a colleague's rotate_half port (the slip drawn per case), the key of 06_which_pair (the
-pair the curve was built on) and the converted-channel question, keyed on the library.
+diagnosis of a colleague's rotate_half port (the slip drawn per case, the positions withheld), the
+key of 06_which_pair (the pair the curve was built on), the converted-channel question and the
+opposed-key question, keyed on the library.
 
 Each reference meets the requirement its statement gives (and agrees with the library and the
 lesson); no other answer of the kind the statement allows meets it, so no valid answer is graded as
@@ -171,13 +172,24 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def _start(x: torch.Tensor, port: torch.Tensor, slip: str) -> int:
+    """The run's first position (1 .. 60) at which the slip's port gives this output."""
+    run = torch.arange(x.shape[-2])
+    (start,) = [s for s in topic._STARTS
+                if torch.allclose(port.double(), topic._port(x, run + s, slip).double(), rtol=1e-4,
+                                  atol=1e-5)]
+    return start
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_each_port_is_its_slip_and_only_its_slip(seed):
+def test_each_port_is_its_slip_and_only_its_slip_at_any_start(seed):
     cases = _cases("06_port_bug", seed)
     truths = [topic._port_truth(*c) for c in cases]
     assert len(set(truths)) == len(truths) == (6 if seed == 0 else 5)  # every slip once, or five of six
-    for x, positions, port in cases:
-        assert x.shape[0] % 2 == 0 and int(positions.min()) > 0 and port.dtype == torch.float32
+    for (x, port), slip in zip(cases, truths, strict=True):
+        assert len((x, port)) == 2 and x.shape[0] % 2 == 0 and port.dtype == torch.float32  # no positions
+        assert topic._port_matches(x, port) == [slip]
+        positions = torch.arange(x.shape[-2]) + _start(x, port, slip)
         right = pl.apply_rope(x.double(), positions, layout="half")
         assert torch.allclose(topic._port(x, positions, "none").double(), right, atol=1e-5)
         # the lesson's mixed recipe, and the sign slip: the right port at -positions
@@ -188,7 +200,8 @@ def test_each_port_is_its_slip_and_only_its_slip(seed):
 
 
 def test_the_norms_tell_three_slips_from_three_as_the_explanation_says():
-    for x, positions, _ in _cases("06_port_bug", 0):
+    for x, _ in _cases("06_port_bug", 0):
+        positions = torch.arange(5, 5 + x.shape[-2])
         for slip in topic._PORT_SLIPS:
             kept = torch.allclose(topic._port(x, positions, slip).double().norm(dim=-1),
                                   x.double().norm(dim=-1), rtol=1e-4)
@@ -197,33 +210,68 @@ def test_the_norms_tell_three_slips_from_three_as_the_explanation_says():
         assert all(torch.allclose(topic._port(x, zero, slip), x) for slip in topic._PORT_SLIPS)
 
 
-def test_every_wrong_label_is_named_and_recomputing_the_slips_passes():
+def test_channel_1_tells_the_mixed_pairing_from_angles_per_channel_as_the_feedback_says():
+    # the feedback names channel 1 (channels 0 and Dh/2 agree between the two when Dh % 4 == 0)
+    for dh in (4, 8, 10, 12, 16, 32):
+        x, positions = torch.randn(2, 3, dh, dtype=torch.float64), torch.arange(7, 10)
+        mixed, per_channel = (topic._port(x, positions, s).double()
+                              for s in ("pairing_mixed", "angles_per_channel"))
+        m = positions.double()
+        for angle, out in ((m, mixed), (m * 10000.0 ** (-1 / dh), per_channel)):
+            turned = x[..., 1] * angle.cos() - x[..., 1 + dh // 2] * angle.sin()
+            assert torch.allclose(out[..., 1], turned, atol=1e-5)
+
+
+def _by_properties(x, port):
+    """Another correct way, as the explanation reasons: norms, pair 0 for the start, then channel 1."""
+    xd, out = x.double(), port.double()
+    half, steps = x.shape[-1] // 2, torch.arange(x.shape[-2], dtype=torch.float64)
+
+    def gap(channel, speed, start):
+        angle = (start + steps) * speed
+        turned = xd[..., channel] * angle.cos() - xd[..., channel + half] * angle.sin()
+        return float((turned - out[..., channel]).abs().max())
+
+    def start_of(speed):
+        return min(range(1, 61), key=lambda s: gap(0, speed, s))
+
+    if torch.allclose(out.norm(dim=-1), xd.norm(dim=-1), rtol=1e-4):
+        if gap(0, -1.0, start_of(-1.0)) < 1e-3:
+            return "rotate_half_sign"
+        return "none" if gap(1, 10000.0 ** (-2 / x.shape[-1]), start_of(1.0)) < 1e-3 else "exponent_i_over_dh"
+    start = start_of(1.0)
+    if gap(0, 1.0, start) > 1e-3:
+        return "halves_of_wrong_axis"
+    return "pairing_mixed" if gap(1, 1.0, start) < 1e-3 else "angles_per_channel"
+
+
+def test_every_wrong_label_is_named_and_reading_the_properties_passes():
     cases = _cases("06_port_bug", 0)
     for label, (_, mistake_id) in topic._PORT_SLIPS.items():
         result = assess("06_port_bug", [label] * len(cases), cases)
         assert result.points == pytest.approx(2 / len(cases), abs=0.01), label  # one case of six right
         assert result.mistake == mistake_id, label
 
-    def by_properties(x, positions, port):  # another correct way: the right port, norms, then angles
-        port, xd = port.double(), x.double()
-        if torch.allclose(port, pl.apply_rope(xd, positions, layout="half"), atol=1e-4):  # as a Task 2
-            return "none"
-        if torch.allclose(port, pl.apply_rope(xd, -positions, layout="half"), atol=1e-4):
-            return "rotate_half_sign"
-        if torch.allclose(port.norm(dim=-1), xd.norm(dim=-1), rtol=1e-4):
-            return "exponent_i_over_dh"
-        dh = x.shape[-1]
-        angle = positions.double()[:, None] * 10000.0 ** (-torch.arange(dh, dtype=torch.float64) / dh)
-        if torch.allclose(port, xd * angle.cos() + _rotate_half(xd) * angle.sin(), atol=1e-4):
-            return "angles_per_channel"
-        angle = angle[:, 0::2].repeat_interleave(2, dim=-1)  # (T, Dh): pair i's angle at 2i and 2i+1
-        if torch.allclose(port, xd * angle.cos() + _rotate_half(xd) * angle.sin(), atol=1e-4):
-            return "pairing_mixed"
+    def by_search(x, port):  # another correct way: every slip at every start, written from the statement
+        xd, dh, run = x.double(), x.shape[-1], torch.arange(x.shape[-2])
+        for start in range(1, 61):
+            angle = (run + start).double()[:, None] * 10000.0 ** (-torch.arange(dh, dtype=torch.float64) / dh)
+            pair = angle[:, 0::2]  # (T, Dh/2): pair i's angle m theta_i
+            ports = {"none": torch.cat((pair, pair), -1), "pairing_mixed": pair.repeat_interleave(2, -1),
+                     "angles_per_channel": angle,
+                     "exponent_i_over_dh": torch.cat((angle[:, :dh // 2],) * 2, -1)}
+            for slip, a in ports.items():
+                if torch.allclose(port.double(), xd * a.cos() + _rotate_half(xd) * a.sin(), atol=1e-4):
+                    return slip
+            right = ports["none"]
+            if torch.allclose(port.double(), xd * right.cos() - _rotate_half(xd) * right.sin(), atol=1e-4):
+                return "rotate_half_sign"
         return "halves_of_wrong_axis"
 
     for seed in SEEDS:
         cases = _cases("06_port_bug", seed)
-        assert assess("06_port_bug", [by_properties(*c) for c in cases], cases).points == 2
+        assert assess("06_port_bug", [_by_properties(*c) for c in cases], cases).points == 2
+        assert assess("06_port_bug", [by_search(*c) for c in cases], cases).points == 2
 
 
 # ----------------------------------------------------------------------------- 06_which_pair, 06_q_half_pairs
@@ -252,3 +300,22 @@ def test_the_converted_channel_question_is_keyed_on_the_library():
     assert len(set(judge.options.values())) == len(judge.options)
     assert {m.answer for m in judge.misconceptions} == set(judge.options) - {correct_option(judge.options,
                                                                                              judge.truth)}
+
+
+def test_the_opposed_key_question_is_keyed_on_the_library_and_the_simulation():
+    from posenc_lesson.tasks import rope_questions as questions
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(20_000, 64, generator=g, dtype=torch.float64)  # (S, Dh)
+    means = {}
+    for d in (1, 100):
+        query = pl.apply_rope(q[:, None], torch.tensor([d]))
+        key = pl.apply_rope(-q[:, None], torch.tensor([0]))
+        s = (query * key).sum(-1)
+        means[d] = float(s.mean())
+        assert means[d] == pytest.approx(questions._opposed_mean_score(d), abs=0.5)
+    assert means[1] < means[100] < 0  # higher far away, still negative
+    judge = TASKS["06_q_decay"].judge
+    assert questions._opposed_score_trend() == "higher, still negative"
+    assert {m.answer for m in judge.misconceptions} == {"a", "b", "c"}
+    assert assess("06_q_decay", ["d"], [()]).points == 1 and assess("06_q_decay", ["a"], [()]).mistake == (
+        "rope.decay_is_a_penalty")

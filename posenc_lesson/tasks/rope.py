@@ -3,7 +3,7 @@ formula), then three derivations: the half layout from the channel order of Hugg
 conversion, R_m from the one-step rotation and the requirement that scores depend on m - n only,
 and the row reordering that keeps every score when a half-layout checkpoint runs with
 interleaved code; and a diagnosis: which slip, drawn per case from six (the lesson's mixed pairing
-among them), made a colleague's rotate_half RoPE, read from its output alone. (The diagnosis of
+among them), made a colleague's rotate_half RoPE, read from x and its output alone. (The diagnosis of
 which pair's wavelength explains a score pattern is in rope_questions.py.)
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh shapes (0 to 2 leading axes, T 1 .. 10,
@@ -11,7 +11,7 @@ an even Dh 2 .. 32) and values; positions are a run starting anywhere in 0 .. 50
 integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 80, one-step
 rotations of other bases and of either direction; weights of 1 .. 4 heads (Dh 6 .. 12), as a
 matrix or a bias vector; for the port, five of the six slips in an order drawn per seed, on fresh
-x (axis 0 even) and positions. ``rope_frequencies`` is allowed (the statement says so).
+x (axis 0 even), at positions not handed over. ``rope_frequencies`` is allowed (the statement says so).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _conjugated_backwards(x: Tensor, positions: Tensor) -> Tensor:
 register(Task(
     id="06_apply_rope_half",
     kind="derive",
-    title="RoPE, half layout, derived from the conversion's channel order",
+    title="Derive: RoPE in the half layout",
     points=3,
     entry="apply_rope_half",
     forbidden=_ROPE_FORBIDDEN,
@@ -216,7 +216,7 @@ def _rotation_cases(seed: int = 0) -> list[tuple]:
 register(Task(
     id="06_rotation_matrix",
     kind="derive",
-    title="R_m from one step and the relative-position requirement",
+    title="Derive: R_m from one step",
     points=2,
     entry="rope_matrix",
     forbidden=_ROPE_FORBIDDEN,
@@ -287,7 +287,7 @@ def _convert_cases(seed: int = 0) -> list[tuple]:
 register(Task(
     id="06_convert_layout",
     kind="derive",
-    title="Porting a half-layout checkpoint to interleaved code: the rows that keep every score",
+    title="Derive: porting a half-layout checkpoint to interleaved code",
     points=2,
     entry="half_to_interleaved",
     forbidden=("posenc_lesson.convert_rope_weight", "posenc_lesson.rope_layout_permutation"),
@@ -322,7 +322,8 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 06_port_bug (diagnose): which slip, if any, made a colleague's rotate_half RoPE (drawn per case)
+# 06_port_bug (diagnose): which slip, if any, made a colleague's rotate_half RoPE (drawn per case),
+# from x and the port's output alone (the positions are not handed over)
 # --------------------------------------------------------------------------------------
 
 def _port(x: Tensor, positions: Tensor, slip: str) -> Tensor:
@@ -340,36 +341,43 @@ def _port(x: Tensor, positions: Tensor, slip: str) -> Tensor:
     return (xd * emb.cos() + rotated * emb.sin()).float()
 
 
-# slip -> (what a port with that slip shows, the id of naming it where it is not)
+# slip -> (what a port with that slip shows, the id of naming it where it is not); m is the token's position
 _PORT_SLIPS = {
     "none": ("a right port keeps every token's norm and turns channel i toward channel i + Dh/2 by "
              "m theta_i, theta_i = 10000^(-2i/Dh)", "rope.port_bug_missed"),
-    "pairing_mixed": ("cos/sin repeated pairwise give channel i and its partner i + Dh/2 the angles of "
-                      "two different pairs: channel 0 turns by m, channel Dh/2 by m theta_(Dh/4) "
-                      "(Dh/4 rounded down)", "rope.port_misread_pairing"),
+    "pairing_mixed": ("cos/sin laid out pairwise give channel 1 pair 0's angle: channel 1 turns with its "
+                      "rotate_half partner 1 + Dh/2 by m, as channel 0 does", "rope.port_misread_pairing"),
     "rotate_half_sign": ("a sign slip in rotate_half keeps every norm and every speed, and turns every "
                          "pair the other way", "rope.port_misread_sign"),
     "halves_of_wrong_axis": ("halves taken along axis 0 mix each row of the output with another row of "
                              "x (another sequence, or another token)", "rope.port_misread_axis"),
-    "angles_per_channel": ("one frequency per channel, 10000^(-j/Dh), gives channel i and its partner "
-                           "i + Dh/2 different angles: channel 0 turns by m, channel Dh/2 by m / 100",
+    "angles_per_channel": ("one frequency per channel, 10000^(-j/Dh), turns channel 1 with its partner "
+                           "1 + Dh/2 by m 10000^(-1/Dh), slower than channel 0's m",
                            "rope.port_misread_per_channel"),
     "exponent_i_over_dh": ("the exponent i/Dh keeps every norm and the pairs, and makes every pair but "
                            "pair 0 turn faster: pair i by 10000^(-i/Dh) per token",
                            "rope.port_misread_exponent"),
 }
+_STARTS = range(1, 61)  # the hidden positions are a run start .. start + T - 1, start in 1 .. 60
 
 
-def _port_truth(x: Tensor, positions: Tensor, port_output: Tensor) -> str:
+def _port_matches(x: Tensor, port_output: Tensor) -> list[str]:
+    """The slips whose port, at a run of positions starting anywhere in 1 .. 60, gives this output."""
+    run, out = torch.arange(x.shape[-2]), port_output.double()
+    return [slip for slip in _PORT_SLIPS if any(torch.allclose(
+        out, _port(x, run + start, slip).double(), rtol=1e-4, atol=1e-5) for start in _STARTS)]
+
+
+def _port_truth(x: Tensor, port_output: Tensor) -> str:
     """The one slip whose port gives this output (the cases are drawn so that exactly one does)."""
-    return unique_label([slip for slip in _PORT_SLIPS if torch.allclose(
-        port_output.double(), _port(x, positions, slip).double(), rtol=1e-4, atol=1e-5)])
+    return unique_label(_port_matches(x, port_output))
 
 
 def _port_cases(seed: int = 0) -> list[tuple]:
-    """(x (..., T, Dh), positions (T,), port_output): seed 0 every slip once in a fixed order, another
-    seed five of the six in an order drawn per seed; axis 0 of x even (2 or 4 sequences, or T even),
-    Dh 4 .. 32, positions from 1 .. 60 on; every slip's output far from every other's."""
+    """(x (..., T, Dh), port_output): seed 0 every slip once in a fixed order, another seed five of the
+    six in an order drawn per seed; axis 0 of x even (2 or 4 sequences, or T even), Dh 4 .. 32, the
+    positions (not handed over) a run from 1 .. 60 on; every slip's output far from every other's, and
+    no other slip at any other start gives it."""
     g = seeded(106 + seed)
     slips = list(_PORT_SLIPS)
     order = (["pairing_mixed", "none", "halves_of_wrong_axis", "rotate_half_sign", "exponent_i_over_dh",
@@ -382,12 +390,11 @@ def _port_cases(seed: int = 0) -> list[tuple]:
             shape = ((2 * draw(g, 1, 4), t, dh), (2 * draw(g, 1, 2), draw(g, 1, 3), t, dh),
                      (2 * t, dh))[n % 3]
             x, start = randn(g, *shape), draw(g, 1, 60)
-            positions = torch.arange(start, start + shape[-2])
-            every = [_port(x, positions, s).double() for s in slips]
+            every = [_port(x, torch.arange(start, start + shape[-2]), s).double() for s in slips]
             if all(not torch.allclose(a, b, rtol=1e-2, atol=1e-2) for j, a in enumerate(every)
-                   for b in every[j + 1:]):
+                   for b in every[j + 1:]) and _port_matches(x, every[slips.index(slip)].float()) == [slip]:
                 break
-        cases.append((x, positions, every[slips.index(slip)].float()))
+        cases.append((x, every[slips.index(slip)].float()))
     return cases
 
 
@@ -404,6 +411,6 @@ register(Task(
     run=call,
     judge=label_judge({slip: shows for slip, shows in _PORT_SLIPS.items()}, _port_truth,
                       "a rotation keeps every token's norm, and RoPE turns pair i by m theta_i, the right "
-                      "way round: work out what each slip does to the same x and positions, and which one "
-                      "gives the port's output."),
+                      "way round: pair 0 turns by m itself, which gives the positions; then which channels "
+                      "turn with which, at which speed and in which direction?"),
 ))

@@ -1,7 +1,7 @@
 """Lesson 06's diagnosis task and concept questions (exercises/06_rope.ipynb): which pair's wavelength
 explains a measured score pattern; where a checkpoint's channel sits after Hugging Face's conversion,
-and which channel it turns with there; RoPE scores of random q and k near and far. The lesson's
-coding tasks are in rope.py.
+and which channel it turns with there; the mean RoPE score of a key that points against its query,
+near and far (a case the lesson does not print). The lesson's coding tasks are in rope.py.
 
 Hidden cases (``Task.hidden``, any seed but 0) of the diagnosis: fresh head sizes (Dh 16 .. 128),
 bases 10,000 or 500,000 and dominant pairs whose curve fits in 1,600 offsets.
@@ -169,32 +169,41 @@ register(question(
        "uses rotate_half (lesson 06, section 4).")))
 
 
-def _score_spread(distance: int, dh: int = 64) -> float:
-    """The spread (standard deviation) of q . R_distance k for independent q, k ~ N(0, I): the
-    square root of tr(R R^T). Its mean is tr(R E[k q^T]) = 0 at every distance."""
-    r = _rope.rope_rotation_matrix(distance, dh).double()  # (Dh, Dh)
-    return float(torch.trace(r @ r.T)) ** 0.5
+def _opposed_mean_score(distance: int, dh: int = 64) -> float:
+    """The mean of <RoPE(q, distance), RoPE(-q, 0)> over q ~ N(0, I): E[q^T R_m^T R_n (-q)] =
+    -tr(R_m^T R_n), with the library's rotation matrices."""
+    r_m, r_n = (_rope.rope_rotation_matrix(p, dh).double() for p in (distance, 0))  # (Dh, Dh) each
+    return -float(torch.trace(r_m.T @ r_n))
 
 
-def _random_score_decay() -> str:
-    """How RoPE scores of random, independent q and k compare at distances 1 and 100."""
-    near, far = _score_spread(1), _score_spread(100)
-    if abs(near - far) < 1e-5 * near:  # the library's matrices are float32
-        return "same"
-    return "smaller spread far away" if far < near else "larger spread far away"
+def _opposed_score_trend(dh: int = 64) -> str:
+    """How the mean RoPE score of a key k = -q at distance 100 compares with distance 1."""
+    near, far = _opposed_mean_score(1, dh), _opposed_mean_score(100, dh)
+    if max(abs(near + dh), abs(far + dh)) < 1e-3 * dh:
+        return "-Dh at both"
+    if max(abs(near), abs(far)) < 1e-3 * dh:
+        return "0 at both"
+    return "higher, still negative" if near < far < 0 else "lower far away" if far < near else "other"
 
 
 register(question(
-    id="06_q_decay", title="Predict: RoPE scores of random q and k, near and far",
-    entry="answer_06_decay", forbidden=("posenc_lesson.tasks.rope_questions._random_score_decay",
-                                        "posenc_lesson.tasks.rope_questions._score_spread"),
-    judge=choice_judge({"a": "smaller on average far away", "b": "same", "c": "smaller spread far away"},
-                       _random_score_decay, [
-        Misconception("a", "you read RoFormer's long-term decay as a penalty on every score; only a "
-                      "worst-case bound decays, and for independent q and k every score averages 0.",
-                      "E[q^T R k] = tr(R E[k q^T]); what is E[k q^T] for independent, zero-mean q and k?",
-                      id="rope.decay_is_a_penalty"),
-        Misconception("c", "you expect the decaying bound to shrink the typical score; the spread of "
-                      "q^T R k is the square root of tr(R R^T), and R is a rotation at every distance.",
-                      "what is R R^T for a rotation?", id="rope.spread_decays"),
-    ], "the score at distance d is q^T R_d k, with R_d a rotation (lesson 06, section 5).")))
+    id="06_q_decay",
+    title="Predict: the mean RoPE score of a key that points against its query, near and far",
+    entry="answer_06_decay", forbidden=("posenc_lesson.tasks.rope_questions._opposed_score_trend",
+                                        "posenc_lesson.tasks.rope_questions._opposed_mean_score"),
+    judge=choice_judge({"a": "lower far away", "b": "-Dh at both", "c": "0 at both",
+                        "d": "higher, still negative"}, _opposed_score_trend, [
+        Misconception("a", "you read RoFormer's long-term decay as a penalty that lowers scores with "
+                      "distance; what shrinks here is the size of the mean score, and a negative mean "
+                      "that shrinks in size rises toward 0.",
+                      "E[q^T R k] = tr(R E[k q^T]); with k = -q, E[k q^T] = -I: how does tr R_d change "
+                      "from d = 1 to d = 100?", id="rope.decay_is_a_penalty"),
+        Misconception("b", "you expect the rotations to change nothing because each keeps lengths; the "
+                      "score compares q turned by m with k turned by n, q^T R_(n-m) k, and R_(n-m) is not I.",
+                      "each pair adds 2 cos(d theta_i) to tr R_d: is that 2 at d = 100?",
+                      id="rope.rotation_changes_nothing"),
+        Misconception("c", "you carried over the result for independent q and k (mean 0 at every "
+                      "distance); here k = -q, so E[k q^T] = -I, not 0.",
+                      "E[q^T R k] = tr(R E[k q^T]).", id="rope.aligned_read_as_independent"),
+    ], "the score at distance d = m - n is q^T R_(n-m) k, with R a rotation (lesson 06, section 3, and "
+       "What the bound does not say).")))
