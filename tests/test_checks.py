@@ -173,7 +173,7 @@ MUTANTS = [
      "(torch.arange(half) + half, torch.arange(half))", "wrong order"),
     ("06_convert_layout", "head_dim = weight.shape[0] // num_heads",
      "head_dim, num_heads = weight.shape[0], 1", "as if there were one head"),
-    ("06_port_bug", 'if slip == "rotate_half_sign" else (-x2, x1)', 'if slip == "none" else (-x2, x1)',
+    ("06_port_bug", "if gap(0, -1.0, start_of(-1.0)) < 1e-3:", "if gap(0, 1.0, start_of(1.0)) < 1e-3:",
      "you named 'rotate_half_sign', but this case does not show it"),
     ("07_alibi_slopes", "(h + 1)", "h", "off by one"),
     ("07_alibi_slopes", "c = 2 ** math.floor(math.log2(num_heads))", "c = num_heads", "wrong head count"),
@@ -290,7 +290,8 @@ CHEATS = {
     "06_convert_layout": ("def half_to_interleaved(weight, num_heads):\n"
                           "    return posenc_lesson.convert_rope_weight(weight, num_heads, src='half', "
                           "dst='interleaved')"),
-    "06_port_bug": ("def rope_port_bug(x, positions, port_output):\n"
+    "06_port_bug": ("def rope_port_bug(x, port_output):\n"
+                    "    positions = torch.arange(1, 1 + x.shape[-2])\n"
                     "    right = posenc_lesson.apply_rope(x, positions, layout='half')\n"
                     "    same = torch.allclose(right, port_output, atol=1e-4)\n"
                     "    return 'none' if same else 'pairing_mixed'"),

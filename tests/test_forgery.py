@@ -191,8 +191,8 @@ _ns = {"__name__": "posenc_lesson.my_rope", "__package__": "posenc_lesson"}
 exec(compile(inspect.getsource(_r), "<my copy>", "exec"), _ns)  # new code objects, new names
 
 
-def rope_port_bug(x, positions, port_output):
-    right = _ns["apply_rope"](x, positions, layout="half")
+def rope_port_bug(x, port_output):
+    right = _ns["apply_rope"](x, torch.arange(1, 1 + x.shape[-2]), layout="half")
     return "none" if torch.allclose(right, port_output, atol=1e-4) else "pairing_mixed"
 '''
 
@@ -246,8 +246,8 @@ ATTACKS = {
             _vars = dict(vars(posenc_lesson.rope))
 
 
-            def rope_port_bug(x, positions, port_output):
-                right = _vars["apply_rope"](x, positions, layout="half")
+            def rope_port_bug(x, port_output):
+                right = _vars["apply_rope"](x, torch.arange(1, 1 + x.shape[-2]), layout="half")
                 return "none" if torch.allclose(right, port_output, atol=1e-4) else "pairing_mixed"
             """),
     }),
