@@ -139,7 +139,8 @@ MUTANTS = [
     ("02_sinusoidal_table", "return pe", "return pe[None]", "leading batch axis"),
     ("02_wavelengths", "return 2 * math.pi / omega", "return 1 / omega", "2 pi times too short"),
     ("02_wavelengths", "return 2 * math.pi / omega", "return omega", "angular frequencies"),
-    ("02_wavelengths", "/ d_model)", "/ d_model / 2)", "off by a factor of 2"),
+    ("02_wavelengths", "torch.atan2(row_1[0::2], row_1[1::2])", "torch.atan2(row_1[1::2], row_1[0::2])",
+     "sine and cosine swapped"),
     ("03_offset_matrix", "= c, s\n", "= c, -s\n", "not a rotation"),
     ("03_offset_matrix", "= c, s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = -s, c",
      "= c, -s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = s, c", "turns the wrong way"),
@@ -244,7 +245,7 @@ CHEATS = {
     "02_sinusoidal_table": ("def sinusoidal_table(max_len, d_model):\n"
                             "    return posenc_lesson.get_sinusoidal_encoding(max_len, d_model)[0]"),
     "02_wavelengths": ("from posenc_lesson import sinusoidal_wavelengths\n"
-                       "def wavelengths(d_model):\n    return sinusoidal_wavelengths(d_model)"),
+                       "def wavelengths(table):\n    return sinusoidal_wavelengths(table.shape[1])"),
     "02_table_bug": ("def table_bug(table):\n"
                      "    pe = posenc_lesson.get_sinusoidal_encoding(*table.shape)[0]\n"
                      "    return 'none' if torch.allclose(table, pe, atol=1e-5) else 'concatenated'"),
@@ -453,7 +454,7 @@ def test_check_never_raises(capsys):
 
 
 def test_wrong_shape_names_both_shapes():
-    points, _, feedback = _grade("02_wavelengths", lambda d: torch.ones(d))
+    points, _, feedback = _grade("02_wavelengths", lambda table: torch.ones(table.shape[1]))
     assert points == 0
     assert "expected (4,), got (8,)" in feedback
 
@@ -477,7 +478,7 @@ def test_feedback_never_contains_the_reference_values():
 
 def test_assert_passes_raises_with_the_feedback():
     with pytest.raises(AssertionError, match="not implemented yet"):
-        assert_passes("02_wavelengths", lambda d: (_ for _ in ()).throw(NotImplementedError("stub")))
+        assert_passes("02_wavelengths", lambda table: (_ for _ in ()).throw(NotImplementedError("stub")))
     assert_passes("02_wavelengths", _entry("02_wavelengths", _reference_source("02_wavelengths")))
 
 
@@ -499,6 +500,6 @@ def test_outputs_of_leaves_the_global_random_state_alone():
 
 
 def test_missing_return_and_nan_get_their_own_messages():
-    assert "is a `return` missing?" in _grade("02_wavelengths", lambda d: None)[2]
-    nan = _grade("02_wavelengths", lambda d: torch.full((d // 2,), float("nan")))[2]
+    assert "is a `return` missing?" in _grade("02_wavelengths", lambda table: None)[2]
+    nan = _grade("02_wavelengths", lambda table: torch.full((table.shape[1] // 2,), float("nan")))[2]
     assert "contains NaN or infinity" in nan

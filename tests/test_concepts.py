@@ -177,7 +177,7 @@ def test_an_answer_calling_the_graders_truth_scores_zero(qid):
 def test_a_question_that_forbids_the_library_call_answering_it_says_so():
     from posenc_lesson import sinusoidal_wavelengths
     result = tasks.assess("02_q_pairs_that_turn", outputs_of(
-        "02_q_pairs_that_turn", lambda: int((sinusoidal_wavelengths(128) < 2048).sum())))
+        "02_q_pairs_that_turn", lambda: int((sinusoidal_wavelengths(128) < 1024).sum())))
     assert result.points == 0 and result.mistake == "generic.forbidden_call"
     assert "sinusoidal_wavelengths" in result.feedback and "answers it for you" in result.feedback
     assert "the grader's own code" not in result.feedback

@@ -335,7 +335,7 @@ ATTACKS = {
 
 
             def _make(freqs=posenc_lesson.rope_frequencies):
-                return lambda d_model: 2 * math.pi / freqs(d_model).double()
+                return lambda table: 2 * math.pi / freqs(table.shape[1]).double()
 
 
             wavelengths = _make()

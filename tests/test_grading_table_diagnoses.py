@@ -1,8 +1,9 @@
 """Lessons 02-04's diagnoses with the slip drawn per case (issue 32): 02_table_bug (a colleague's
 table), 03_shift_bug (a colleague's shift by k) and 04_port_bug (a port of the sinusoidal encoder),
 and the questions reworked with them (02 Q1 on a sines-only table, 03 Q1 on a table stored
-(cos, sin), 04 Q1 without the causal mask). Every case matches its drawn label only, the hidden
+concatenated, 04 Q1 without the causal mask). Every case matches its drawn label only, the hidden
 cases draw several labels, every wrong label gets its own id, and the keys are the library's.
+02_wavelengths reads the wavelengths off a table whose base is drawn per student.
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ def test_a_case_that_no_label_or_two_labels_match_is_refused():
 
 def test_the_reworked_questions_keys_are_the_librarys():
     assert sinusoidal._dots_like_5_9() == frozenset()  # a sines-only table keeps where the positions are
-    assert rotation._way_forward_swapped() == "transpose"  # (cos, sin) storage: M_k^T moves forward
+    assert rotation._concat_step() == "moved_blocks"  # concatenated: M_k's blocks on (i, i + D/2)
     trained, longest, with_loss, shortest = learned._rows_with_gradient()
     assert (trained, longest) == (24, 24) and learned._rows_with_gradient(causal=True)[0] == 23
     assert (with_loss, shortest) == (18, 8)
-    assert sinusoidal._pairs_that_turn() - 1 == 40  # the last index, named as its own misconception
+    assert sinusoidal._pairs_that_turn() - 1 == 35  # the last index, named as its own misconception
+    values = [m.value() for m in registry.TASKS["02_q_pairs_that_turn"].judge.misconceptions]
+    assert len({sinusoidal._pairs_that_turn(), *values}) == 1 + len(values)  # each wrong number its own
 
 
 @pytest.mark.parametrize(("qid", "call"), [
-    ("02_q_pairs_that_turn", lambda pl: int((pl.sinusoidal_wavelengths(128) < 2048).sum())),
+    ("02_q_pairs_that_turn", lambda pl: int((pl.sinusoidal_wavelengths(128) < 1024).sum())),
+    ("02_q_pairs_that_turn", lambda pl: int((2 * torch.pi / pl.rope_frequencies(128) < 1024).sum())),
     ("03_q_offset_trace", lambda pl: float(pl.sinusoidal_offset_matrix(5, 64).double().trace())),
     ("04_q_trained_rows", lambda pl: pl.lab.model.TinyDecoder(4, pos="learned", max_len=8) and 24),
 ])
@@ -79,3 +83,26 @@ def test_the_one_library_call_that_answers_a_question_is_forbidden(qid, call):
 
     result = registry.assess(qid, registry.outputs_of(qid, lambda: call(pl)))
     assert result.points == 0 and result.mistake == "generic.forbidden_call"
+
+
+def _cases(task_id, seed):
+    return registry.TASKS[task_id].cases() if seed == 0 else registry.hidden_cases(task_id, seed)
+
+
+def test_the_wavelength_tables_draw_their_base_per_student_and_a_reading_passes():
+    bases, points = set(), registry.TASKS["02_wavelengths"].points
+    for seed in range(13):
+        cases = _cases("02_wavelengths", seed)
+        bases |= {sinusoidal._table_base(table) for (table,) in cases}
+        assert 10_000.0 in {sinusoidal._table_base(table) for (table,) in cases}
+        read = [2 * torch.pi / torch.atan2(t[1, 0::2].double(), t[1, 1::2].double()) for (t,) in cases]
+        assert registry.assess("02_wavelengths", read, cases).points == points
+        paper = [sinusoidal._wavelengths(t.shape[1]) for (t,) in cases]
+        mistake = registry.assess("02_wavelengths", paper, cases).mistake
+        assert mistake == "sinusoidal.wavelength_assumed_paper_base"
+    assert bases == set(sinusoidal._BASES)
+
+
+def test_the_port_batches_hold_two_sequences_or_more():
+    for seed in range(13):
+        assert all(x.shape[0] >= 2 for x, _ in _cases("04_port_bug", seed))

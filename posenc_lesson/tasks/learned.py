@@ -126,7 +126,7 @@ def _judge_learned(outputs: list, cases: list) -> Judged:
 register(Task(
     id="04_learned_embedding",
     kind="implement",
-    title="A learned positional embedding",
+    title="A learned table that knows its limits",
     points=3,
     entry="LearnedPositions",
     forbidden=("posenc_lesson.LearnedPositionalEmbedding",),
@@ -159,8 +159,8 @@ _PORT_BUGS = {
     "sin_cos_swapped": (lambda x: x.double() + swap_pairs(_paper(x)).double(), "a cosine first in every pair "
                         "would read [1, 0, 1, 0, ...] at position 0", "learned.port_misread_swapped"),
     "table_only": (lambda x: _paper(x).double().expand_as(x), "a port that returns the table alone would "
-                   "give every sequence of the batch the same output, whatever x is",
-                   "learned.port_misread_table_only"),
+                   "not depend on x at all: out itself would read [0, 1, 0, 1, ...] at position 0, in "
+                   "every sequence of the batch", "learned.port_misread_table_only"),
 }
 
 
@@ -175,16 +175,16 @@ def _port_bug_ref(x: Tensor, out: Tensor) -> str:
 
 def _port_cases(seed: int = 0) -> list[tuple]:
     """(x (B, T, D), out (B, T, D) float32): seed 0 each label once in a fixed order, another seed four
-    of the five drawn; B 1 .. 3, T 2 .. 24, D even 4 .. 32; only the drawn label matches."""
+    of the five drawn; B 2 .. 3, T 2 .. 24, D even 4 .. 32; only the drawn label matches."""
     labels = list(_PORT_BUGS)
     if seed == 0:
-        specs = [("concatenated", randn(seeded(105), 2, 5, 8)), ("none", randn(seeded(106), 1, 12, 16)),
+        specs = [("concatenated", randn(seeded(105), 2, 5, 8)), ("none", randn(seeded(106), 2, 12, 16)),
                  ("sin_cos_swapped", randn(seeded(107), 3, 4, 6)),
                  ("table_only", randn(seeded(108), 2, 3, 4)),
-                 ("exponent_i_over_d", randn(seeded(109), 1, 9, 12))]
+                 ("exponent_i_over_d", randn(seeded(109), 3, 9, 12))]
     else:
         g = seeded(4_000 + seed)
-        specs = [(labels[int(i)], randn(g, draw(g, 1, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)))
+        specs = [(labels[int(i)], randn(g, draw(g, 2, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)))
                  for i in torch.randperm(len(labels), generator=g)[:4]]
     cases = []
     for label, x in specs:
@@ -207,14 +207,14 @@ register(Task(
     hidden=_port_cases,
     run=call,
     judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _PORT_BUGS.items()}, _port_bug_ref,
-                      "look at out - x: is it the same for every sequence of the batch, and what does it "
-                      "read at position 0 (which channels hold a sine) and at position 1 (each pair's "
+                      "does out depend on x at all? Then look at what the port added, out - x: what does "
+                      "it read at position 0 (which channels hold a sine) and at position 1 (each pair's "
                       "angle)?"),
 ))
 
 
 # --------------------------------------------------------------------------------------
-# 04_untrained_rows: diagnose which rows of a learned table a trained model meets untrained
+# 04_untrained_rows: derive which rows of a learned table a trained model meets untrained
 # --------------------------------------------------------------------------------------
 
 def _measured_untrained(max_len: int, copy_lengths: tuple[int, ...]) -> Tensor:

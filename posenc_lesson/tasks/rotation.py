@@ -3,8 +3,8 @@ PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and a diagnosi
 a colleague's shift by k (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): offsets k in -60 .. 120 (0 among them now and
-then), even widths 4 .. 64; for the diagnosis five shifts, five of the five labels drawn in a
-random order, of rows of the table from a random start or of random numbers (it is a linear map).
+then), even widths 4 .. 64; for the diagnosis five shifts, the five labels in a random order, of
+rows of the table from a random start or of random numbers (it is a linear map).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from .judges import (
     call,
     draw,
     half_block,
+    interleaved_to_concat,
     not_a_rotation,
     pe_table,
     randn,
     seeded,
-    swap_pairs,
     tensor_judge,
 )
 from .registry import Task, register
@@ -41,16 +41,6 @@ def _hidden_offsets(seed: int) -> list[tuple]:
     return [(draw(g, -60, 120), 2 * draw(g, 2, 32)) for _ in range(5)]
 
 
-def _hidden_shifts(seed: int) -> list[tuple]:
-    """(pe (T, d_model), k): rows of the table from a random start, then two of random rows."""
-    g = seeded(seed)
-    t, d = draw(g, 2, 24), 2 * draw(g, 2, 16)
-    cases = [(pe_table(t, d, start=draw(g, 0, 40)), draw(g, -30, 30))]
-    for _ in range(2):
-        cases.append((randn(g, draw(g, 1, 12), 2 * draw(g, 2, 16)), draw(g, -30, 30)))
-    return cases
-
-
 def _offset(k: int, d: int, base: float = 10_000.0) -> Tensor:
     return _sinusoidal.sinusoidal_offset_matrix(k, d, base)
 
@@ -64,7 +54,7 @@ _OFFSET_SIGN_HINT = ("write out sin(a + b) and cos(a + b) with the angle-additio
 register(Task(
     id="03_offset_matrix",
     kind="derive",
-    title="The offset matrix M_k",
+    title="Derive: the offset matrix M_k",
     points=3,
     entry="offset_matrix",
     forbidden=_OFFSET_FORBIDDEN,
@@ -199,15 +189,20 @@ register(Task(
 # Concept questions (concepts.py): the answers computed here, from the library's M_k and table
 # --------------------------------------------------------------------------------------
 
-def _way_forward_swapped() -> str:
-    """Which matrix moves the rows of a table stored (cos, sin) per pair k positions forward, in
-    terms of the paper's M_k: "transpose", "itself", "negative" or "none"."""
+_CONCAT_STEPS = {"a": "itself", "b": "moved_blocks_transposed", "c": "moved_blocks", "d": "none"}
+
+
+def _concat_step() -> str:
+    """Which matrix moves the rows of a table stored concatenated (all the sines, then all the
+    cosines) k positions forward, in terms of the paper's M_k: "itself", "moved_blocks" (M_k's
+    blocks on channels (i, i + d_model/2)), "moved_blocks_transposed" (M_k^T's there) or "none"."""
     found = set()
     for k, d_model in ((3, 8), (-7, 16), (40, 64)):
         m = _offset(k, d_model).double()
-        table = swap_pairs(pe_table(100, d_model, start=50)).double()  # (100, D): (cos, sin) per pair
+        table = interleaved_to_concat(pe_table(100, d_model, start=50)).double()  # (100, D): sines, cosines
         rows, later = (table[:-k], table[k:]) if k > 0 else (table[-k:], table[:k])
-        for name, candidate in (("transpose", m.T), ("negative", -m), ("itself", m)):
+        for name, candidate in (("moved_blocks", half_block(m)), ("moved_blocks_transposed", half_block(m.T)),
+                                ("itself", m)):
             if torch.allclose(rows @ candidate.T, later, atol=1e-6):
                 found.add(name)
                 break
@@ -217,23 +212,24 @@ def _way_forward_swapped() -> str:
 
 
 register(question(
-    id="03_q_look_back", title="Predict: the forward step for a table stored (cos, sin)",
-    entry="answer_03_look_back", forbidden=("posenc_lesson.tasks.rotation._way_forward_swapped",),
-    judge=choice_judge({"a": "transpose", "b": "negative", "c": "itself", "d": "none"},
-                       _way_forward_swapped, [
-        Misconception("b", "you negate the matrix to change it; -M_k flips the sign of every channel, a "
-                      "half turn of every pair, and swapping the channels is not that.",
-                      "write the block for (cos(a + b), sin(a + b)) from (cos a, sin a) with the "
-                      "angle-addition formulas.", id="rotation.swapped_by_negating"),
-        Misconception("c", "you expect the storage order not to matter; swapping the two channels of a "
-                      "pair mirrors its 2 x 2 block, and a mirrored rotation turns the other way.",
-                      "write the block for (cos(a + b), sin(a + b)) from (cos a, sin a) and compare its "
-                      "off-diagonal signs with the paper's block.", id="rotation.storage_order_ignored"),
-        Misconception("d", "you expect no fixed matrix to exist for the swapped table; the swap is a fixed "
-                      "permutation S of the channels, so S M_k S is one fixed matrix, the same at every "
-                      "position.", "if P moves the paper's rows, what moves S times them?",
-                      id="rotation.swapped_has_no_step"),
-    ], "the swapped table is S PE with S swapping channels 2i and 2i+1: its step is S M_k S.")))
+    id="03_q_concat_step", title="Predict: the forward step for a table stored concatenated",
+    entry="answer_03_concat_step", forbidden=("posenc_lesson.tasks.rotation._concat_step",),
+    judge=choice_judge(_CONCAT_STEPS, _concat_step, [
+        Misconception("a", "you expect the layout not to matter; M_k mixes channels 2i and 2i+1, which in "
+                      "the concatenated table hold the sines of two different pairs.",
+                      "in the concatenated table, which channel holds the cosine that goes with the sine "
+                      "in channel i?", id="rotation.concat_layout_ignored"),
+        Misconception("b", "you expect moving a pair's channels apart to turn its rotation the other way; "
+                      "only swapping a pair's sine and cosine mirrors its block. Moving the pair keeps the "
+                      "sine before the cosine, so each block keeps its signs.",
+                      "write sin((pos + k) w_i) and cos((pos + k) w_i) from channels i and i + d_model/2: "
+                      "where does the minus sign go?", id="rotation.concat_reorder_flips_direction"),
+        Misconception("d", "you expect a rotation to need its two channels side by side; the concatenated "
+                      "table is P PE for one fixed permutation P of the channels, so P M_k P^T is one "
+                      "fixed matrix, the same at every position.",
+                      "if M_k moves the paper's rows, what moves P times them?",
+                      id="rotation.concat_needs_neighbours"),
+    ], "the concatenated table is P PE with P a fixed permutation of the channels: its step is P M_k P^T.")))
 
 
 _TRACE_K, _TRACE_WIDTH = 5, 64  # the offset matrix M_5 of a d_model = 64 table

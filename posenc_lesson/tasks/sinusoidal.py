@@ -1,9 +1,11 @@
-"""Lesson 02's tasks (exercises/02_sinusoidal_encoding.ipynb): the sinusoidal table, its
-wavelengths, and a diagnosis: which slip made a colleague's table (the slip drawn per case).
+"""Lesson 02's tasks (exercises/02_sinusoidal_encoding.ipynb): the sinusoidal table, the
+wavelengths read off a table whose base is not given, and a diagnosis: which slip made a
+colleague's table (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh sizes within the statement, max_len
-2 .. 64 and an even d_model 4 .. 128 (the table), an even d_model 4 .. 1024 (the wavelengths);
-for the diagnosis five colleagues' tables, five of the six labels drawn, fresh sizes.
+2 .. 64 and an even d_model 4 .. 128 (the table); for the wavelengths four tables, max_len 2 .. 48,
+an even d_model 4 .. 128, each with a base drawn from ``_BASES``; for the diagnosis five
+colleagues' tables, five of the six labels drawn, fresh sizes.
 
 ``label_judge`` (also used by lessons 03 and 04) grades an answer that names one label per case.
 """
@@ -51,12 +53,6 @@ def _hidden_tables(seed: int) -> list[tuple]:
     return [(draw(g, 2, 64), 2 * draw(g, 2, 64)) for _ in range(4)]
 
 
-def _hidden_widths(seed: int) -> list[tuple]:
-    """(d_model,): four fresh even widths, 4 .. 1024."""
-    g = seeded(seed)
-    return [(2 * draw(g, 2, 512),) for _ in range(4)]
-
-
 register(Task(
     id="02_sinusoidal_table",
     kind="implement",
@@ -75,35 +71,81 @@ def _wavelengths(d: int, base: float = 10_000.0) -> Tensor:
     return _sinusoidal.sinusoidal_wavelengths(d, base)
 
 
+# The bases a table of 02_wavelengths is built with: the paper's 10 000 and others on either side
+# of it (RoPE uses the same rule, Llama 3 with base 500 000: lesson 02, section 4).
+_BASES = (100.0, 1_000.0, 10_000.0, 500_000.0, 1_000_000.0)
+
+
+def _table_base(table: Tensor) -> float:
+    """The one base of ``_BASES`` whose table (the paper's rule, float32) this is."""
+    n, d = table.shape
+    found = [base for base in _BASES if torch.allclose(
+        table.double(), pe_table(n, d, base=base).float().double(), rtol=1e-4, atol=1e-6)]
+    if len(found) != 1:
+        raise ValueError(f"not a case of this task: it matches the bases {found}")
+    return found[0]
+
+
+def _table_wavelengths(table: Tensor) -> Tensor:
+    """The wavelengths of the table's pairs, from the library, with the table's base."""
+    return _wavelengths(table.shape[1], _table_base(table))  # (D/2,)
+
+
+def _wavelength_cases(seed: int = 0) -> list[tuple]:
+    """(table (max_len, d_model) float32,): seed 0 four fixed tables, another seed four drawn,
+    max_len 2 .. 48, d_model even 4 .. 128, the base from ``_BASES`` (10 000 in one of them)."""
+    if seed == 0:
+        specs = [(12, 8, 10_000.0), (6, 64, 500_000.0), (3, 16, 100.0), (20, 6, 1_000_000.0)]
+    else:
+        g = seeded(250 + seed)
+        others = [b for b in _BASES if b != 10_000.0]
+        specs = [(draw(g, 2, 48), 2 * draw(g, 2, 64), others[draw(g, 0, len(others) - 1)]) for _ in range(3)]
+        specs.insert(draw(g, 0, 3), (draw(g, 2, 48), 2 * draw(g, 2, 64), 10_000.0))
+    cases = [(pe_table(n, d, base=base).float(),) for n, d, base in specs]
+    for (table,), (_, _, base) in zip(cases, specs, strict=True):
+        if _table_base(table) != base:
+            raise ValueError(f"a broken case: base {base}")
+    return cases
+
+
+def _read_frequencies(table: Tensor) -> Tensor:
+    return 2 * math.pi / _table_wavelengths(table)  # (D/2,): omega_i of the table's base
+
+
 register(Task(
     id="02_wavelengths",
     kind="derive",
-    title="The wavelengths",
+    title="Derive: the wavelengths of a table whose base you are not told",
     points=2,
     entry="wavelengths",
-    forbidden=SINUSOIDAL_FORBIDDEN,
-    cases=lambda: [(8,), (64,), (512,), (6,)],
+    forbidden=(*SINUSOIDAL_FORBIDDEN, "posenc_lesson.tasks.sinusoidal._table_base",
+               "posenc_lesson.tasks.sinusoidal._table_wavelengths"),
+    cases=_wavelength_cases,
     run=call,
-    judge=tensor_judge(_wavelengths, [
-        Mistake(lambda d: _sinusoidal.sinusoidal_frequencies(d),
-                "you returned the angular frequencies omega_i, not the wavelengths.",
-                "a wave sin(pos * omega) repeats every 2 pi / omega positions.",
-                id="sinusoidal.returned_frequencies"),
-        Mistake(lambda d: _wavelengths(d) / (2 * math.pi),
-                "your wavelengths are 2 pi times too short: 10000^(2i/d_model) is 1/omega_i, in "
-                "positions per radian.",
-                "one full turn is 2 pi radians: lambda_i = 2 pi / omega_i.",
-                id="sinusoidal.wavelength_missing_2pi"),
-        Mistake(lambda d: _wavelengths(d, base=100.0),
-                "the exponent is off by a factor of 2: 10000^(i/d_model) instead of 10000^(2i/d_model).",
-                "i counts channel pairs; the exponent is 2i/d_model.", id="sinusoidal.exponent_factor_2"),
-        Mistake(lambda d: _wavelengths(d, base=1e8),
-                "the exponent is twice too large: 10000^(4i/d_model).",
-                "torch.arange(0, d_model, 2) already holds 2i.", id="sinusoidal.exponent_twice_too_large"),
-    ], ("d_model",), "the positions pair i needs for its angle pos * omega_i to grow by one full turn, one "
-                     "per channel pair, shape (d_model // 2,)."),
-    hidden=_hidden_widths,
+    judge=tensor_judge(_table_wavelengths, [
+        Mistake(_read_frequencies,
+                "you returned the angular frequencies, the angle each pair turns per position, not the "
+                "positions a full turn takes.",
+                "a pair that turns w radians per position: how many positions until it has gone once "
+                "around?", id="sinusoidal.returned_frequencies"),
+        Mistake(lambda t: 1 / _read_frequencies(t),
+                "your wavelengths are 2 pi times too short: you counted the positions per radian.",
+                "how many radians make one full turn?", id="sinusoidal.wavelength_missing_2pi"),
+        Mistake(lambda t: _wavelengths(t.shape[1]),
+                "you returned the paper's wavelengths for this width, whatever the table holds: these "
+                "tables were built with other bases too.",
+                "read the angle each pair turns per position off the table itself: which row holds it?",
+                id="sinusoidal.wavelength_assumed_paper_base"),
+        Mistake(lambda t: 2 * math.pi / (math.pi / 2 - _read_frequencies(t)),
+                "you read each pair's angle with its sine and cosine swapped, atan2(cos, sin): that is "
+                "pi/2 minus the angle.",
+                "torch.atan2(y, x) takes the sine first; channel 2i holds the sine.",
+                id="sinusoidal.wavelength_atan2_swapped"),
+    ], ("table",), "for every pair, the number of positions its angle needs to grow by one full turn, "
+                   "shape (d_model // 2,); read the angle each pair turns per position off the table."),
+    hidden=_wavelength_cases,
 ))
+
 
 # --------------------------------------------------------------------------------------
 # 02_table_bug: which slip made a colleague's table (the slip drawn per case)
@@ -251,22 +293,25 @@ register(question(
         ], "S_m . S_n = sum over the pairs of sin(m w_i) sin(n w_i).")))
 
 
-_TURN_WIDTH, _TURN_CONTEXT = 128, 2048  # d_model = 128; one full turn within 2048 positions
+_TURN_WIDTH, _TURN_CONTEXT = 128, 1024  # d_model = 128; one full turn within 1024 positions
 
 
 def _pairs_that_turn(base: float = 10_000.0, per_radian: bool = False) -> int:
-    """How many pairs of a d_model = 128 table complete a full turn within 2048 positions
-    (wavelength < 2048, as lesson 02, section 4 counts them); per_radian: 1/omega_i instead."""
+    """How many pairs of a d_model = 128 table complete a full turn within 1024 positions (GPT-2's
+    context; wavelength < 1024, as lesson 02, section 4 counts them for d_model = 512 and other
+    contexts); per_radian: 1/omega_i instead."""
     omega = _sinusoidal.sinusoidal_frequencies(_TURN_WIDTH, base)  # (D/2,)
     positions = 1.0 / omega if per_radian else _wavelengths(_TURN_WIDTH, base)  # (D/2,)
     return int((positions < _TURN_CONTEXT).sum())
 
 
 register(question(
-    id="02_q_pairs_that_turn", title="Predict: how many pairs turn within 2048 positions at d_model = 128",
+    id="02_q_pairs_that_turn", title="Predict: how many pairs turn within 1024 positions at d_model = 128",
     entry="answer_02_pairs_that_turn", forbidden=("posenc_lesson.tasks.sinusoidal._pairs_that_turn",
                                                   "posenc_lesson.sinusoidal_wavelengths",
-                                                  "posenc_lesson.sinusoidal_frequencies"),
+                                                  "posenc_lesson.sinusoidal_frequencies",
+                                                  "posenc_lesson.rope_frequencies",
+                                                  "posenc_lesson.scaled_rope_frequencies"),
     judge=number_judge(_pairs_that_turn, [
         Misconception(lambda: _pairs_that_turn() - 1, "you gave the index of the last pair that turns, not "
                       "the number of pairs: the pairs are counted from i = 0.", "pairs 0 .. m are m + 1 "
@@ -274,9 +319,10 @@ register(question(
         Misconception(lambda: _pairs_that_turn(per_radian=True), "you counted positions per radian, "
                       "1 / w; one turn is 2 pi radians.", "a pair turning w radians per position needs "
                       "2 pi / w positions for one turn.", id="sinusoidal.turn_taken_as_one_radian"),
-        Misconception(lambda: _pairs_that_turn(base=100.0), "your exponent is i/d_model: i counts channel "
-                      "*pairs*, and the exponent is 2i/d_model.",
-                      "w_i = 10000^(-2i/d_model) for i = 0 .. d_model/2 - 1.",
+        Misconception(lambda: _pairs_that_turn(base=100.0), "you count every pair, the slowest too (as the "
+                      "exponent i/d_model would give: i counts channel *pairs*, and the exponent is "
+                      "2i/d_model); the slowest pairs take thousands of positions per turn.",
+                      "how many positions does the slowest pair, i = d_model/2 - 1, need for one turn?",
                       id="sinusoidal.pairs_exponent_halved"),
         Misconception(lambda: 2 * _pairs_that_turn(), "you counted channels; a sine and a cosine channel "
                       "make one pair, one clock hand.", "how many clocks does d_model = 128 make?",
