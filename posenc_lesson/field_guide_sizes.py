@@ -55,10 +55,41 @@ PATCH_TABLES = {  # a vision table with one row per patch: (config key of the im
 }
 
 
+def _tubelets(src: dict, frames: bool) -> int | None:
+    """A video tower's patches: (T / t_t)(H / t_h)(W / t_w) tubelets, or (H / t_h)(W / t_w) for a frame."""
+    t, image, n = src.get("tubelet_size"), _sides(src.get("image_size")), src.get("num_frames")
+    if not (isinstance(t, list) and len(t) == 3 and all(isinstance(x, int) and x > 0 for x in t) and image):
+        return None
+    if frames and not isinstance(n, int):
+        return None
+    return (n // t[0] if frames else 1) * (image[0] // t[1]) * (image[1] // t[2])
+
+
+def _spectrogram(src: dict) -> int | None:
+    """Patches of a spectrogram cut with overlap: ((F - p) / s_f + 1)((T - p) / s_t + 1) (AST)."""
+    keys = ("num_mel_bins", "max_length", "patch_size", "frequency_stride", "time_stride")
+    f, t, p, sf, st = (src.get(k) for k in keys)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (f, t, p, sf, st)) or not sf or not st:
+        return None
+    return ((f - p) // sf + 1) * ((t - p) // st + 1)
+
+
+GRID_TABLES = {  # tables with one row per patch of a video or a spectrogram, and the keys they read
+    "tubelets": (lambda src: _tubelets(src, True), ("num_frames", "tubelet_size", "image_size")),  # ViViT
+    "frame_tubelets": (lambda src: _tubelets(src, False), ("tubelet_size", "image_size")),  # VideoPrism
+    "spectrogram_patches": (
+        _spectrogram,
+        ("num_mel_bins", "max_length", "patch_size", "frequency_stride", "time_stride"),
+    ),
+}
+COUNT_KEYS = ("num_detection_tokens", "n_cls_tokens", "num_register_tokens")  # extra rows: YOLOS' 100 queries
+
+
 def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None:
     """Rows of the learned position table: a config key plus an offset (BART keeps 2 spare rows), or for
-    a vision tower one row per patch, (H / p_h)(W / p_w), plus the class token's. ``table["in"]`` names
-    the sub-config that holds the key (a backbone_config, an encoder), read from the whole ``config``."""
+    a vision tower one row per patch, (H / p_h)(W / p_w), plus the class token's, plus a count of extra
+    tokens where ``table["count"]`` names its key. ``table["in"]`` names the sub-config that holds the
+    keys (a backbone_config, an encoder), read from the whole ``config``."""
     table = entry.get("table")
     if not table:
         return None
@@ -71,8 +102,11 @@ def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None
         image, patch = _sides(src.get(size_key)), _sides(src.get(patch_key))
         ok = image and patch and 0 not in patch
         value = (image[0] // patch[0]) * (image[1] // patch[1]) if ok else None
+    elif table["key"] in GRID_TABLES:
+        value = GRID_TABLES[table["key"]][0](src)
     else:
         value = src.get(table["key"])
-    if isinstance(value, bool) or not isinstance(value, int):
+    count = src.get(table["count"]) if table.get("count") else 0
+    if isinstance(value, bool) or not isinstance(value, int) or not isinstance(count, int):
         return None
-    return value + int(table.get("offset", 0))
+    return value + int(table.get("offset", 0)) + count

@@ -31,7 +31,15 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .field_guide_sizes import AXIAL, PATCH_TABLES, axial_inv_freq, layer_config, table_size  # noqa: F401
+from .field_guide_sizes import (  # noqa: F401
+    AXIAL,
+    COUNT_KEYS,
+    GRID_TABLES,
+    PATCH_TABLES,
+    axial_inv_freq,
+    layer_config,
+    table_size,
+)
 
 NOT_ATTENTION = (
     "linear_attention",
@@ -119,6 +127,9 @@ def merged(td: dict, entry: dict) -> dict:
     for k, v in td.items():
         if v is not None or k not in out:
             out[k] = v
+    for alias, key in (entry.get("aliases") or {}).items():  # the config class's attribute_map: JetMoE's
+        if out.get(alias) is None and out.get(key) is not None:  # head_dim is its kv_channels
+            out[alias] = out[key]
     default_types = (entry.get("defaults") or {}).get("layer_types")
     if td.get("layer_types") is None and default_types:
         out["layer_types"] = _tiled(default_types, out)
@@ -184,7 +195,10 @@ def rope_parameters(cfg: dict, layer_type: str | None) -> dict:
 
 def _head(cfg: dict) -> int | None:
     hidden = first(cfg, "hidden_size", "n_embd", "d_model", "dim")
-    heads = first(cfg, "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads")
+    heads = first(
+        cfg, "num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+        "encoder_num_attention_heads",  # Moonshine
+    )
     return int(hidden) // int(heads) if isinstance(hidden, int) and isinstance(heads, int) and heads else None
 
 

@@ -204,7 +204,13 @@ def cases(rec: dict) -> list[tuple[dict, dict]]:
 
 
 FLAGS = re.compile(r"^(use|add)_\w*(pos|rel|rope|rotary|alibi)|^position_embedding_type$|^layer_\w*rope\w*$")
-SIZE_KEYS = tuple(dict.fromkeys(k for keys in types_.PATCH_TABLES.values() for k in keys))
+SIZE_KEYS = tuple(
+    dict.fromkeys(
+        [k for keys in types_.PATCH_TABLES.values() for k in keys]
+        + [k for _, keys in types_.GRID_TABLES.values() for k in keys]
+        + list(types_.COUNT_KEYS)
+    )
+)
 MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$")
 
 
@@ -216,13 +222,15 @@ def table_rule(rec: dict, text: dict) -> dict | None:
     places = [(None, text), *subs]
     for where, src in places:
         keys = list(TABLE_KEYS) + sorted(k for k in src if MORE_TABLE_KEYS.match(k) and k not in TABLE_KEYS)
-        for key in keys + list(types_.PATCH_TABLES):
-            v = types_.table_size(src, {"table": {"key": key}})
-            for offset in (0, 2, 1):
-                if isinstance(v, int) and v + offset == rows:
-                    sizes = (key, *SIZE_KEYS)
-                    table = {"key": key, "offset": offset, "defaults": {k: src[k] for k in sizes if k in src}}
-                    return {**table, "in": where} if where else table
+        counts = [None, *(k for k in types_.COUNT_KEYS if isinstance(src.get(k), int))]  # YOLOS' queries
+        for key in keys + list(types_.PATCH_TABLES) + list(types_.GRID_TABLES):
+            for count in counts:
+                for offset in (0, 2, 1):
+                    table = {"key": key, "offset": offset, **({"count": count} if count else {})}
+                    if types_.table_size(src, {"table": table}) == rows:
+                        sizes = (key, *SIZE_KEYS)
+                        table["defaults"] = {k: src[k] for k in sizes if k in src}
+                        return {**table, "in": where} if where else table
     return None
 
 
@@ -255,6 +263,8 @@ def entry_base(rec: dict) -> dict:
         entry["also"] = also
     if rec.get("text_key"):
         entry["text_key"] = rec["text_key"]
+    if rec.get("aliases"):  # JetMoE's head_dim is its kv_channels (the config class's attribute_map)
+        entry["aliases"] = rec["aliases"]
     if rec.get("towers"):
         entry["towers"] = sorted({v.split(":")[0] + " " + v.split(":")[1] for v in rec["towers"].values()})[
             :6

@@ -56,16 +56,42 @@ REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled 
     "num_key_value_heads": lambda c: c.num_attention_heads,
     "vocab_size": lambda c: 32_000,
     "layer_types": lambda c: ["full_attention"] * c.num_hidden_layers,
+    "prediction_length": lambda c: 24,  # the time-series checkpoints transformers' docs use (tourism-monthly)
+    "context_length": lambda c: c.prediction_length,  # the config class's documented default
+    # placeholders for what sizes the feed-forward experts and the image vocabulary, which hold no positions
+    # (an MoE default config that leaves them to its checkpoints: DiffusionGemma, dots1, DeepSeek-OCR 2)
+    "num_experts": lambda c: 8,
+    "n_routed_experts": lambda c: 8,
+    "n_shared_experts": lambda c: 1,
+    "num_experts_per_tok": lambda c: 2,
+    "top_k_experts": lambda c: 2,
+    "moe_intermediate_size": lambda c: c.intermediate_size,
+    "n_group": lambda c: 1,
+    "topk_group": lambda c: 1,
+    "mlp_layer_types": lambda c: ["dense"] * c.num_hidden_layers,
+    "vocabulary_map": lambda c: {},
 }
+MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 
 
-def repair(cfg) -> list[str]:
-    """Fill REPAIRS' keys that are None in cfg and its sub-configs; the keys filled."""
+def repair(cfg, error: str = "") -> list[str]:
+    """Fill REPAIRS' keys that are None in cfg and its sub-configs, and one the modeling code read but the
+    config class lacks (error names it: "'MoonshineStreamingConfig' object has no attribute
+    'num_key_value_heads'"); the keys filled."""
     filled = []
     subs = [v for v in vars(cfg).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
+    lacking = {m.groups() for m in MISSING.finditer(error)}
+    for c in subs:  # a key a sub-config lacks that its parent holds (DBRX's attn_config.rope_theta)
+        for _, key in {(n, k) for n, k in lacking if n == type(c).__name__ and k not in REPAIRS}:
+            rp = safe_get(cfg, "rope_parameters")
+            value = safe_get(cfg, key) if safe_get(cfg, key) is not None else (rp or {}).get(key)
+            if value is not None and not hasattr(c, key):
+                setattr(c, key, value)
+                filled.append(key)
     for c in [cfg, *subs]:
         for key, fill in REPAIRS.items():
-            if key in c.to_dict() and safe_get(c, key) is None:
+            absent = (type(c).__name__, key) in lacking and not hasattr(c, key)
+            if absent or (key in c.to_dict() and safe_get(c, key) is None):
                 try:
                     setattr(c, key, fill(c))
                     filled.append(key)
@@ -92,8 +118,9 @@ def fit_mrope(tc, rotary) -> bool:
 
 def build(cfg, tc):
     """The model on the meta device: AutoModel, else cfg's own model class; failing both, the same with
-    REPAIRS filled in; failing that, the text stack alone from the text config (a tower that needs timm).
-    Returns (model, how): "default", "repaired" or "text_config"."""
+    REPAIRS filled in; failing that, the text stack alone from the text config (a tower that needs timm);
+    failing that, for a sub-config without a model of its own, the stack built from it inside a model type
+    that uses it. Returns (model, how): "default", "repaired", "text_config" or "parent:<type>.<path>"."""
     from transformers import AutoModel
 
     def attempt(c):
@@ -117,12 +144,92 @@ def build(cfg, tc):
     model, first_err = attempt(cfg)
     if model is not None:
         return model, "default"
-    if repair(cfg):
-        model, _ = attempt(cfg)
+    err = first_err
+    for _ in range(3):  # each repair can uncover the next key the modeling code reads
+        if not repair(cfg, err):
+            break
+        model, err = attempt(cfg)
         if model is not None:
             return model, "repaired"
     if tc is not cfg:
         model, _ = attempt(tc)
         if model is not None:
             return model, "text_config"
+    # a sub-config that no auto class maps (no model of its own): the stack built from it in a model that
+    # uses it. Never a mapped type (DETR's decoder inside MaskFormer lacks the positions DetrModel adds)
+    for parent, path in [] if mapped(cfg.model_type) else parents_of(cfg):
+        pcfg = _default(parent)
+        model, _ = attempt(pcfg)
+        if model is None and repair(pcfg):
+            model, _ = attempt(pcfg)
+        sub = model is not None and stack_of(model, type(cfg))
+        if sub:
+            return sub, f"parent:{parent}.{path}"
     raise RuntimeError(first_err)
+
+
+def mapped(model_type: str) -> bool:
+    """Whether any of transformers' auto model classes (AutoModel, AutoModelFor...) maps model_type."""
+    from transformers.models.auto import modeling_auto
+
+    return any(
+        name.endswith("_MAPPING_NAMES") and isinstance(m, dict) and model_type in m
+        for name, m in vars(modeling_auto).items()
+    )
+
+
+def _default(model_type: str):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type)
+
+
+def parents_of(cfg) -> list[tuple[str, str]]:
+    """(model type, attribute path) of the default configs of transformers' model types that hold a config
+    of cfg's class (a sub-config without a model: IDEFICS' vision_config, T5Gemma 2's encoder text
+    config); the config's own package first, then any other."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    package = type(cfg).__module__.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+    names = sorted(CONFIG_MAPPING_NAMES, key=lambda mt: mt.replace("-", "_") != package)
+    out = []
+    for mt in names:
+        if mt == cfg.model_type:
+            continue
+        try:
+            path = _path_to(_default(mt), type(cfg), depth=3)
+        except Exception:
+            continue
+        if path:
+            out.append((mt, path))
+            if len(out) == 3:
+                break
+    return out
+
+
+def _path_to(c, cls, depth: int) -> str | None:
+    for key, value in vars(c).items():
+        if hasattr(value, "to_dict") and hasattr(value, "model_type") and key != "self":
+            if type(value) is cls:
+                return key
+            inner = _path_to(value, cls, depth - 1) if depth > 1 else None
+            if inner:
+                return f"{key}.{inner}"
+    return None
+
+
+def stack_of(model, cls):
+    """The smallest submodule of model that holds every module keeping a config of class cls (its .config):
+    that stack (VibeVoice's diffusion head keeps none itself, its parts do), or None."""
+    paths = [p.split(".") for p, mod in model.named_modules() if type(getattr(mod, "config", None)) is cls]
+    if not paths:
+        return None
+    common = []
+    for parts in zip(*paths, strict=False):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    sub = model.get_submodule(".".join(common))
+    if type(getattr(sub, "config", None)) is not cls:
+        sub.config = model.get_submodule(".".join(paths[0])).config  # the config the facts belong to
+    return sub

@@ -31,6 +31,8 @@ def kind_of_module(path: str, mod: nn.Module) -> str | None:
     leaf = path.rsplit(".", 1)[-1]
     if isinstance(mod, (nn.ModuleList, nn.ModuleDict)):  # Granite-SWA's rotary_embs: its items count
         return None
+    if re.search(r"time_?step|time_embed|t_embedder", leaf):  # a diffusion timestep's embedding: no position
+        return None
     if re.search(r"Rotary|Rope|RoPE", name) or "rotary" in leaf:
         return "rope"
     if "Sinusoid" in name or "sinusoid" in leaf:

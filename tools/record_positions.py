@@ -54,7 +54,8 @@ KEYS = re.compile(
     r"rope|rotary|position|pos_|_pos|theta|head_dim|hidden_size|num_attention_heads|n_head|n_embd|d_model|"
     r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
     r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global|"
-    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx|input_size"
+    r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx|input_size|"
+    r"num_frames|tubelet|detection_tokens|cls_tokens|register_tokens"
 )
 
 
@@ -78,17 +79,28 @@ def jsonable(x):
     return repr(x)
 
 
-def relevant(d: dict) -> dict:
-    """The keys of a config dict that can bear on positions (sub-configs kept whole)."""
+def relevant(d: dict, keep: tuple = ()) -> dict:
+    """The keys of a config dict that can bear on positions (sub-configs kept whole), and those in keep."""
     out = {}
     for k, v in d.items():
+        if k in keep and not isinstance(v, dict):
+            out[k] = v
+            continue
         if k == "per_layer_config":  # a heterogeneous config's overrides by layer index (Gemma 4)
             out[k] = v
         elif isinstance(v, dict) and (k.endswith("config") or "model_type" in v):  # encoder-decoder's parts
-            out[k] = relevant(v)
+            out[k] = relevant(v, keep)
         elif KEYS.search(k) and not (isinstance(v, list) and len(v) > 4096):
             out[k] = v
     return jsonable(out)
+
+
+def aliases(tc) -> dict:
+    """The config class's attribute_map entries for keys that bear on positions, whose target it keeps
+    under its own name (JetMoE: head_dim -> kv_channels)."""
+    keys = tc.to_dict()
+    amap = getattr(type(tc), "attribute_map", None) or {}
+    return {a: k for a, k in amap.items() if KEYS.search(a) and k in keys}
 
 
 def text_config(cfg):
@@ -209,8 +221,13 @@ def layers_of(model, tc, apply_fns: set) -> list[dict]:
     for i in sorted(stacks[prefix]):
         layer = stacks[prefix][i]
         mixers, rope = [], None
-        for sub_path, sub in layer.named_children():
-            if not MIXER.search(sub_path) or "norm" in sub_path:
+        children = []
+        for name, child in layer.named_children():  # DBRX wraps its attention between norms: norm_attn_norm
+            wraps = "norm" in name and MIXER.search(name) and any(True for _ in child.children())
+            children += [(f"{name}.{n}", c) for n, c in child.named_children()] if wraps else [(name, child)]
+        for sub_path, sub in children:
+            leaf = sub_path.rsplit(".", 1)[-1]
+            if not MIXER.search(leaf) or "norm" in leaf:
                 continue
             mixers.append(f"{sub_path}:{type(sub).__name__}")
             calls = rope_calls(type(sub))
@@ -236,10 +253,12 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["error"] = f"config: {type(err).__name__}: {err}"[:300]
         return rec
     tc = text_config(cfg)
-    rec["config"] = relevant(cfg.to_dict())
+    keep = tuple(aliases(tc).values())  # what an alias names is kept whatever its name (kv_channels)
+    rec["config"] = relevant(cfg.to_dict(), keep)
     rec["text_model_type"] = getattr(tc, "model_type", None)
     rec["text_key"] = config_path(cfg, tc) if tc is not cfg else None
     rec["alibi_config"] = sorted(k for k in cfg.to_dict() if "alibi" in k.lower())
+    rec["aliases"] = aliases(tc)
     try:
         model, how = build(cfg, tc)
     except Exception as err:
@@ -247,9 +266,16 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         return rec
     if how == "repaired":  # the keys filled in are part of the config the facts belong to
         rec["repaired"] = True
-        rec["config"] = relevant(cfg.to_dict())
+        rec["config"] = relevant(cfg.to_dict(), keep)
     elif how == "text_config":  # only the text stack was built: towers unknown
         rec["built_from"] = "text_config"
+    elif how.startswith("parent:"):  # the stack a parent model builds from it, with the config it holds
+        cfg = model.config
+        tc = text_config(cfg)
+        keep = tuple(aliases(tc).values())
+        rec["built_from"], rec["config"] = how, relevant(cfg.to_dict(), keep)
+        rec["text_key"] = config_path(cfg, tc) if tc is not cfg else None
+        rec["aliases"] = aliases(tc)
     rec["model_class"] = type(model).__name__
     module = modeling_module(model)
     try:
@@ -274,7 +300,7 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
     if found["rotary"] and fit_mrope(tc, next(iter(found["rotary"].values()))):
         rec["repaired"] = True
-        rec["config"] = relevant(cfg.to_dict())
+        rec["config"] = relevant(cfg.to_dict(), keep)
     if found["rotary"]:
         found_fns = rec.get("apply_fns", [])  # the text stack's first; a vision model has only its own
         fns = [f for f in found_fns if "vision" not in f.split(":")[1]] or found_fns
@@ -287,7 +313,7 @@ def record(mt: str, overrides: dict | None = None) -> dict:
             tc2, rec["perturbed_error"] = None, f"{type(err).__name__}: {err}"[:300]
         if tc2 is not None:
             rec["perturbed"] = {
-                "config": relevant(tc2.to_dict()),
+                "config": relevant(tc2.to_dict(), keep),
                 "rotary": rotary_facts(found["rotary"], tc2, module, fn_name, config=tc2),
             }
     return rec
