@@ -368,7 +368,7 @@ def _describe_general(config: dict, model_type: str, entry: dict) -> PositionSpe
         extras["table_rows"] = types_.table_size(cfg, entry, config)
     if entry["scheme"] == "t5":
         extras["relative_attention_num_buckets"] = cfg.get("relative_attention_num_buckets")
-    for key in ("relative", "towers", "also"):
+    for key in ("relative", "towers", "also", "grid"):
         if entry.get(key):
             extras[key] = entry[key]
     p = next((r for r in rope if r), None) or {}

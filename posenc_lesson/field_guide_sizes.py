@@ -13,6 +13,9 @@ AXIAL = {  # rope_type "axial" (vision towers): the width each axis's frequencie
     "alternate": lambda d: (d, True),  # Pixtral: theta_i = base^(-2i/D), h the even i, w the odd i
 }
 
+# DINOv3's RoPE turns a patch by the centre of its cell, scaled to [-1, 1] over the image, not by its index
+PATCH_CENTRES = "patch centres in [-1, 1]: angle 2 pi c theta_i on each axis"
+
 
 def axial_inv_freq(dim: int, params: dict):
     """A vision tower's axial RoPE frequencies, as its rotary module holds them (lesson 11's axial_angles

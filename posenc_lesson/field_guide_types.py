@@ -35,6 +35,7 @@ from .field_guide_sizes import (  # noqa: F401
     AXIAL,
     COUNT_KEYS,
     GRID_TABLES,
+    PATCH_CENTRES,
     PATCH_TABLES,
     axial_inv_freq,
     layer_config,
@@ -309,6 +310,8 @@ def layers(cfg: dict, entry: dict) -> tuple[list[str], list[str | None], list[di
         elif LAYER_RULES[entry.get("layers", "all")](cfg, i, t):
             schemes.append("rope")
             params = rope_parameters(cfg, t)
+            if entry.get("grid"):  # DINOv3: axial RoPE on the patch centres, whatever rope_type says
+                params["rope_type"] = "axial"
             if params["rope_type"] == "axial":
                 params["axial"] = entry.get("axial", "2 axes")
             rope.append(params)

@@ -128,6 +128,8 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
         out["layout"], out["rotated"] = probe.get("layout"), probe.get("rotated")
         out["probe"] = probe.get("probe")
         out["several_rotary"] = len({json.dumps(v.get("buffers")) for v in rot}) > 1
+        if first.get("input") == "pixel_values":  # DINOv3: angles from the image's patch centres
+            out["grid"] = centres(probe, (first.get("buffers") or {}).get("None"))  # the probed config's
     else:
         out["schemes"] = [scheme] * n
     if scheme == "learned":
@@ -137,8 +139,22 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
     return out
 
 
+def centres(probe: dict, buf: dict | None) -> str:
+    """PATCH_CENTRES where the first of 2 x 2 patches turns each pair by pi * theta_i: its centre at
+    -1/2 in coordinates that span [-1, 1], angle 2 pi c theta_i on both axes (DINOv3's
+    get_patches_center_coordinates); else what was seen."""
+    angles, inv = probe.get("angles") or [], (buf or {}).get("inv_freq") or []
+    want = [math.pi * t for t in inv] * 2
+    if angles and len(angles) == len(want):
+        if all(math.isclose(a, w, rel_tol=1e-5) for a, w in zip(angles, want, strict=True)):
+            return types_.PATCH_CENTRES
+    return f"image coordinates not read (angles {angles[:2]})"
+
+
 def differences(spec, facts: dict) -> str | None:
     """The first way spec differs from transformers' facts, or None."""
+    if facts.get("grid") != spec.extras.get("grid"):
+        return f"positions from {spec.extras.get('grid')} != transformers' {facts.get('grid')}"
     if facts.get("scheme") == "rope":
         if "unknown" in facts["schemes"] or facts.get("probe") or not facts.get("rotary"):
             what = facts.get("probe") or "a layer guard or rotary module"
@@ -288,12 +304,16 @@ def derive(rec: dict) -> dict:
     entry = entry_base(rec)
     if entry["scheme"] == "learned" and "table" not in entry:
         return {**entry, "refused": "no config key sizes its position table"}
+    pixels = False
     if entry["scheme"] == "rope":
         first = next(iter(stack_rotary(rec, rec["rotary"]).values()))
         probe = next(iter((first.get("probe") or {}).values()), {})
         entry["layout"] = probe.get("layout")
+        pixels = first.get("input") == "pixel_values"
+        if pixels:  # checked against the probe in differences()
+            entry["grid"] = types_.PATCH_CENTRES
     first_reason = None
-    axial = list(types_.AXIAL) if '"axial"' in json.dumps(rec["config"]) else [None]
+    axial = list(types_.AXIAL) if pixels or '"axial"' in json.dumps(rec["config"]) else [None]
     combos = (
         [(d, lr, ax) for ax in axial for d in types_.DIM_RULES for lr in types_.LAYER_RULES]
         if entry["scheme"] == "rope"

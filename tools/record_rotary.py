@@ -52,8 +52,20 @@ def buffers_of(rot) -> dict:
     return out
 
 
+def takes_pixels(rot) -> bool:
+    """A rotary module that computes its angles from the image (DINOv3: forward(pixel_values))."""
+    return list(inspect.signature(rot.forward).parameters)[:1] == ["pixel_values"]
+
+
 def cos_sin(rot, dh: int, layer_type, axes: int):
-    """The rotary module's output at position 1 for dh tokens: (cos, sin), or Llama 4's complex freqs_cis."""
+    """The rotary module's output at position 1 for dh tokens: (cos, sin), or Llama 4's complex freqs_cis.
+    A module that reads the image gets one of 2 x 2 patches, in eval mode (DINOv3 jitters its coordinates
+    in training); its first patch's (cos, sin) for dh tokens."""
+    if takes_pixels(rot):
+        size = rot.config.patch_size
+        ph, pw = (size, size) if isinstance(size, int) else tuple(size)[:2]
+        cos, sin = rot.eval()(torch.zeros(1, 3, 2 * ph, 2 * pw))  # (4 patches, D)
+        return cos[0].float().expand(1, dh, -1), sin[0].float().expand(1, dh, -1)
     pos = torch.ones(1, dh, dtype=torch.long)
     if axes > 1:  # M-RoPE: one row of position ids per axis (time, height, width)
         pos = pos[None].expand(axes, 1, dh)
@@ -220,6 +232,8 @@ def rotary_facts(rotary: dict, tc, module, fn_name: str, config=None) -> dict:
             facts[key] = entry
             continue
         entry["buffers"] = buffers_of(rot)
+        if takes_pixels(rot):
+            entry["input"] = "pixel_values"
         if config is None:
             probes = {}
             for lt, b in entry["buffers"].items():
