@@ -173,8 +173,9 @@ def mapped(model_type: str) -> bool:
     from transformers.models.auto import modeling_auto
 
     return any(
-        name.endswith("_MAPPING_NAMES") and isinstance(m, dict) and model_type in m
+        name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and model_type in m
         for name, m in vars(modeling_auto).items()
+        if isinstance(m, dict)
     )
 
 

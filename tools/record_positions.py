@@ -199,7 +199,7 @@ def eval_guard(guard: str, att, config) -> bool | str:
         return f"unknown ({type(err).__name__})"
 
 
-def layers_of(model, tc, apply_fns: set) -> list[dict]:
+def layers_of(model, tc, apply_fns: set, rotary: tuple = ()) -> list[dict]:
     """Per layer of the text stack: the mixers it holds, and whether its attention applies RoPE."""
     stacks: dict[str, dict[int, nn.Module]] = {}
     for path, mod in model.named_modules():
@@ -215,18 +215,25 @@ def layers_of(model, tc, apply_fns: set) -> list[dict]:
         names = [n for layer in stacks[p].values() for n, _ in layer.named_children()]
         return any(re.search(r"attn|attention", n) for n in names)
 
-    prefix = max(stacks, key=lambda p: (attends(p), len(stacks[p]), -len(p)))
+    def served(p: str) -> bool:  # a tie of stacks: the one beside the rotary module (Moonshine streaming's
+        parent = p.rpartition(".")[0]  # decoder; its encoder has no positions)
+        return any(r.rpartition(".")[0] == parent for r in rotary)
+
+    prefix = max(stacks, key=lambda p: (attends(p), len(stacks[p]), served(p), -len(p)))
     apply_fns.add(f"stack:{prefix}")  # which stack the layers are (record() moves it to rec["stack"])
     out = []
     for i in sorted(stacks[prefix]):
         layer = stacks[prefix][i]
         mixers, rope = [], None
-        children = []
-        for name, child in layer.named_children():  # DBRX wraps its attention between norms: norm_attn_norm
-            wraps = "norm" in name and MIXER.search(name) and any(True for _ in child.children())
-            children += [(f"{name}.{n}", c) for n, c in child.named_children()] if wraps else [(name, child)]
-        for sub_path, sub in children:
-            leaf = sub_path.rsplit(".", 1)[-1]
+        children = []  # (path, module, the name its kind is read from)
+        for name, child in layer.named_children():
+            if isinstance(child, nn.ModuleList):  # LongCat-Flash: two attentions a layer, self_attn.0 and .1
+                children += [(f"{name}.{n}", c, name) for n, c in child.named_children()]
+            elif "norm" in name and MIXER.search(name) and any(True for _ in child.children()):
+                children += [(f"{name}.{n}", c, n) for n, c in child.named_children()]  # DBRX: norm_attn_norm
+            else:
+                children.append((name, child, name))
+        for sub_path, sub, leaf in children:
             if not MIXER.search(leaf) or "norm" in leaf:
                 continue
             mixers.append(f"{sub_path}:{type(sub).__name__}")
@@ -292,7 +299,7 @@ def record(mt: str, overrides: dict | None = None) -> dict:
             tc, rec["text_key"], rec["text_model_type"] = rc, path, getattr(rc, "model_type", None)
     try:
         apply_fns: set = set()
-        rec["layers"] = layers_of(model, tc, apply_fns)
+        rec["layers"] = layers_of(model, tc, apply_fns, tuple(found["rotary"]))
         rec["stack"] = next((f[len("stack:"):] for f in apply_fns if f.startswith("stack:")), None)
         apply_fns = {f for f in apply_fns if not f.startswith("stack:")}
         rec["apply_fns"] = sorted(apply_fns)
