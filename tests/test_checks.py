@@ -141,10 +141,12 @@ MUTANTS = [
     ("02_wavelengths", "return 2 * math.pi / omega", "return omega", "angular frequencies"),
     ("02_wavelengths", "torch.atan2(row_1[0::2], row_1[1::2])", "torch.atan2(row_1[1::2], row_1[0::2])",
      "sine and cosine swapped"),
-    ("03_offset_matrix", "= c, s\n", "= c, -s\n", "not a rotation"),
-    ("03_offset_matrix", "= c, s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = -s, c",
-     "= c, -s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = s, c", "turns the wrong way"),
-    ("03_offset_matrix", "/ d_model)", "/ d_model / 2)", "off by a factor of 2"),
+    ("03_offset_matrix", "= c, -s\n", "= c, s\n", "not a rotation"),
+    ("03_offset_matrix", "= c, -s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = s, c",
+     "= c, s\n    m[idx + 1, idx], m[idx + 1, idx + 1] = -s, c", "turns every pair the wrong way"),
+    ("03_offset_matrix", "/ (half - 1))", "/ half)", "your frequencies are the paper's"),
+    ("04_training_bug", "< last - 1:", "< last:", "copies shorter than the table"),
+    ("04_training_bug", 'return "truncated"', 'return "none"', "copies that fill the table give"),
     ("03_offset_dot", ".sum()", ".mean()", "mean over the pairs"),
     ("03_offset_dot", "torch.cos(k * omega).sum()", "torch.sin(k * omega).sum()", "summed sines"),
     ("03_offset_dot", ".sum()", "", "one term per pair"),
@@ -250,15 +252,19 @@ CHEATS = {
                      "    pe = posenc_lesson.get_sinusoidal_encoding(*table.shape)[0]\n"
                      "    return 'none' if torch.allclose(table, pe, atol=1e-5) else 'concatenated'"),
     "03_offset_matrix": ("def offset_matrix(k, d_model):\n"
-                         "    return posenc_lesson.rope_rotation_matrix(-k, d_model)"),
+                         "    half = d_model // 2\n"
+                         "    w = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / (half - 1))\n"
+                         "    eye = torch.eye(d_model, dtype=torch.float64)\n"
+                         "    at_k = torch.full((d_model,), k)\n"
+                         "    return posenc_lesson.apply_rope(eye, at_k, frequencies=w).T"),
     "03_shift_bug": ("def shift_bug(pe, k, shifted):\n"
                      "    m = posenc_lesson.sinusoidal_offset_matrix(k, pe.shape[-1]).float()\n"
                      "    return 'none' if torch.allclose(shifted, pe @ m.T, atol=1e-4) else 'sign_flipped'"),
     "04_learned_embedding": ("class LearnedPositions(posenc_lesson.LearnedPositionalEmbedding):\n"
                              "    table_name = 'table'"),
-    "04_port_bug": ("def port_bug(x, out):\n"
-                    "    pe = posenc_lesson.get_sinusoidal_encoding(x.shape[1], x.shape[2])\n"
-                    "    return 'none' if torch.allclose(out, x + pe, atol=1e-5) else 'concatenated'"),
+    "04_training_bug": ("from posenc_lesson.tasks.learned import _training_bug_ref\n"
+                        "def training_bug(grad_steps, steps):\n"
+                        "    return _training_bug_ref(grad_steps, steps)"),
     "04_untrained_rows": ("from posenc_lesson.tasks.learned import _measured_untrained\n"
                           "def untrained_rows(max_len, copy_lengths):\n"
                           "    return _measured_untrained(max_len, copy_lengths)"),

@@ -362,16 +362,12 @@ ATTACKS = {
                     self.max_len = max_len
                     self.table = nn.Parameter(torch.zeros(max_len, d_model))
             """),
-        "04_port_bug": _src("""
-            import posenc_lesson
+        "04_training_bug": _src("""
+            from posenc_lesson.tasks.learned import _training_bug_ref as _truth
 
 
-            def port_bug(x, out):
-                t, d = x.shape[1], x.shape[2]
-                ones = torch.zeros(t, d)
-                ones[:, 1::2] = 1.0
-                pe = posenc_lesson.apply_rope(ones, -torch.arange(t))
-                return "none" if torch.allclose(out, x + pe, atol=1e-5) else "concatenated"
+            def training_bug(grad_steps, steps, _read=_truth):
+                return _read(grad_steps, steps)
             """),
     }),
     "disguised_alibi": ("07_alibi", {
@@ -433,7 +429,7 @@ OUTCOMES = {
     ("disguised_tables", "02_wavelengths"): "zero",  # rope_frequencies in a default argument
     ("disguised_tables", "02_table_bug"): "both",  # the judges' pe_table
     ("disguised_modules", "04_learned_embedding"): "zero",  # forward = ...LearnedPositionalEmbedding.forward
-    ("disguised_modules", "04_port_bug"): "zero",  # apply_rope again
+    ("disguised_modules", "04_training_bug"): "both",  # the grader's truth in a default argument
     ("disguised_alibi", "07_alibi_slopes"): "both",  # a private helper, alibi._power_of_2_slopes
     ("disguised_alibi", "07_chunk_bias"): "both",  # the grader's reference, fetched with __import__
     ("disguised_alibi", "07_port_bug"): "both",  # the grader's truth in a default argument

@@ -1,9 +1,11 @@
 """Lessons 02-04's diagnoses with the slip drawn per case (issue 32): 02_table_bug (a colleague's
-table), 03_shift_bug (a colleague's shift by k) and 04_port_bug (a port of the sinusoidal encoder),
+table), 03_shift_bug (a colleague's shift by k) and 04_training_bug (a learned table's training, read
+off its per-row gradient counts),
 and the questions reworked with them (02 Q1 on a sines-only table, 03 Q1 on a table stored
 concatenated, 04 Q1 without the causal mask). Every case matches its drawn label only, the hidden
 cases draw several labels, every wrong label gets its own id, and the keys are the library's.
-02_wavelengths reads the wavelengths off a table whose base is drawn per student.
+02_wavelengths reads the wavelengths off a table whose base is drawn per student; 03_offset_matrix
+asks for the offset matrix of a (cos, sin) table with fairseq's frequencies, keyed on the library's RoPE.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ registry.load_topics()
 DIAGNOSES = {  # task -> (labels, the function naming a case's label)
     "02_table_bug": (tuple(sinusoidal._TABLE_BUGS), sinusoidal._table_bug_ref),
     "03_shift_bug": (tuple(rotation._SHIFT_BUGS), rotation._shift_bug_ref),
-    "04_port_bug": (tuple(learned._PORT_BUGS), learned._port_bug_ref),
+    "04_training_bug": (tuple(learned._TRAINING_BUGS), learned._training_bug_ref),
 }
 
 
@@ -103,6 +105,67 @@ def test_the_wavelength_tables_draw_their_base_per_student_and_a_reading_passes(
     assert bases == set(sinusoidal._BASES)
 
 
-def test_the_port_batches_hold_two_sequences_or_more():
+def test_the_gradient_counts_are_the_labs():
+    """One step on a copy that fills the table trains every row but the last, as 04_untrained_rows
+    measures; a copy cut to the table trains the last row too."""
+    reached = torch.tensor(learned._rows_reached(18, 8))  # (18,): T = 18 = max_len
+    untrained = learned._measured_untrained(18, (8,))
+    assert torch.equal((~reached).nonzero().flatten(), untrained) and untrained.tolist() == [17]
+    assert all(learned._rows_reached(18, 12))  # 2n + 2 = 26 > 18, cut: the last kept token has a target
+    assert learned._rows_reached(18, 3) == (True,) * 7 + (False,) * 11  # rows 0 .. 2n
+
+
+def test_the_solution_reading_passes_and_the_port_reading_does_not_apply():
+    def reading(grad_steps, steps):  # the solution notebook's
+        last = grad_steps.shape[0] - 1
+        if int(grad_steps.sum()) == 0:
+            return "plain_tensor"
+        if int(grad_steps[last]) > 0:
+            return "truncated"
+        if int(grad_steps.nonzero().max()) < last - 1:
+            return "short_sequences"
+        levels = grad_steps[grad_steps > 0].unique().numel()
+        return {1: "none", 2: "short_window"}.get(levels, "mixed_lengths")
+
+    task = registry.TASKS["04_training_bug"]
     for seed in range(13):
-        assert all(x.shape[0] >= 2 for x, _ in _cases("04_port_bug", seed))
+        cases = _cases("04_training_bug", seed)
+        assert registry.assess("04_training_bug", [reading(*c) for c in cases], cases).points == task.points
+    # the last row's 0 in a run as meant is no bug: calling it short sequences is named
+    cases = task.cases()
+    labels = [learned._training_bug_ref(*c) for c in cases]
+    last_row_rule = ["short_sequences" if lab == "none" else lab for lab in labels]
+    result = registry.assess("04_training_bug", last_row_rule, cases)
+    assert result.mistake == "learned.training_misread_short"
+
+
+def test_the_offset_matrix_moves_the_cos_sin_table_and_the_lessons_matrix_is_named():
+    for k, d in ((1, 8), (5, 16), (-3, 8), (100, 4), (37, 64)):
+        omega = rotation._fairseq_frequencies(d)
+        assert omega[-1].item() == pytest.approx(1e-4, rel=1e-12) and omega[0].item() == 1.0
+        angle = torch.arange(300, dtype=torch.float64)[:, None] * omega  # (300, D/2)
+        table = torch.stack((angle.cos(), angle.sin()), dim=-1).flatten(1)  # (300, D): (cos, sin) per pair
+        rows, later = (table[:-k], table[k:]) if k > 0 else (table[-k:], table[:k])
+        torch.testing.assert_close(rows @ rotation._offset_cos_sin(k, d).T, later, atol=1e-10, rtol=0)
+    import posenc_lesson as pl
+
+    cases = registry.TASKS["03_offset_matrix"].cases()
+    lessons = [pl.sinusoidal_offset_matrix(k, d) for k, d in cases]
+    result = registry.assess("03_offset_matrix", lessons, cases)
+    assert result.mistake == "rotation.offset_lesson_matrix_copied"
+    backwards = [rotation._offset_cos_sin(-k, d) for k, d in cases]
+    assert registry.assess("03_offset_matrix", backwards, cases).mistake == "rotation.offset_sign_flipped"
+
+
+def test_the_acos_reading_of_the_wavelengths_is_named():
+    for seed in range(4):
+        cases = _cases("02_wavelengths", seed)
+        acos = [2 * torch.pi / torch.acos(t[1, 1::2]) for (t,) in cases]
+        result = registry.assess("02_wavelengths", acos, cases)
+        assert result.mistake == "sinusoidal.wavelength_acos_of_cosine"
+
+
+def test_a_broken_concat_question_raises_instead_of_rekeying(monkeypatch):
+    monkeypatch.setattr(rotation, "half_block", lambda m: torch.zeros_like(m))  # a broken helper
+    with pytest.raises(ValueError, match="broken question"):
+        rotation._concat_step()

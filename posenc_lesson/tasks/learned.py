@@ -1,11 +1,11 @@
 """Lesson 04's tasks (exercises/04_learned_vs_sinusoidal.ipynb): a learned position table as
-an nn.Module, a diagnosis (which slip a colleague's port of the sinusoidal encoder has, the slip
-drawn per case) and a derivation: which rows of a learned table never train (the grader measures
-them with the lab's model).
+an nn.Module, a diagnosis (what went wrong in a colleague's training of a learned table, read off
+its per-row gradient counts, the cause drawn per case) and a derivation: which rows of a learned
+table never train (the grader measures them with the lab's model).
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh sizes and values; the learned table gets
-three sequences that fit and one longer than max_len (which must raise a ValueError); the port
-four ports, four of the five labels drawn.
+three sequences that fit and one longer than max_len (which must raise a ValueError); the
+training diagnosis five runs, five of the six causes drawn, fresh sizes and step counts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from torch import Tensor
 from .concepts import Misconception, number_judge, question
 from .judges import (
     MODULE_TABLE,
-    SINUSOIDAL_FORBIDDEN,
     Judged,
     Mistake,
     as_float_tensor,
@@ -28,15 +27,12 @@ from .judges import (
     diagnoses,
     draw,
     feedback,
-    interleaved_to_concat,
-    pe_table,
     randn,
     seeded,
-    swap_pairs,
     tensor_judge,
 )
 from .registry import NOT_IMPLEMENTED, Task, is_marker, not_implemented, register
-from .sinusoidal import label_judge, unique_label
+from .sinusoidal import label_judge
 
 
 def _learned_cases(seed: int = 0) -> list[tuple]:
@@ -138,78 +134,130 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 04_port_bug: which slip a colleague's port of the sinusoidal encoder has (drawn per case)
+# 04_training_bug: what went wrong in a colleague's training, from its per-row gradient counts
 # --------------------------------------------------------------------------------------
 
-def _paper(x: Tensor) -> Tensor:
-    return pe_table(x.shape[1], x.shape[2])  # (T, D)
+@functools.cache  # one forward and backward pass per (max_len, n), the same every time
+def _rows_reached(max_len: int, n: int) -> tuple[bool, ...]:
+    """The rows one training step on copies of n symbols gives a non-zero gradient, measured with the
+    lab's TinyDecoder, copy task and loss; a copy longer than the table is cut to its first max_len
+    tokens, as a truncating data loader does. (max_len,) booleans."""
+    from ..lab.copy_task import copy_batch
+    from ..lab.model import TinyDecoder
+    from ..lab.train import masked_loss
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is fastest
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            model = TinyDecoder(4, d_model=4, num_heads=1, num_layers=1, pos="learned", max_len=max_len)
+        tokens, targets = copy_batch(1, n, 4, generator=torch.Generator().manual_seed(n))  # (1, 2n + 2)
+        masked_loss(model(tokens[:, :max_len]), targets[:, :max_len]).backward()
+    finally:
+        torch.set_num_threads(threads)
+    return tuple((model.pos_embed.table.grad.abs().sum(-1) > 0).tolist())  # (max_len,)
 
 
-# label -> (what the port returns for x (B, T, D), what it shows, the id of naming it wrongly)
-_PORT_BUGS = {
-    "none": (lambda x: x.double() + _paper(x).double(), "a right port adds the paper's interleaved "
-             "table: out - x is [0, 1, 0, 1, ...] at position 0", "learned.port_bug_missed"),
-    "concatenated": (lambda x: x.double() + interleaved_to_concat(_paper(x)).double(), "tensor2tensor's "
-                     "layout puts every sine first: out - x would read [0, ..., 0, 1, ..., 1] at position 0",
-                     "learned.port_misread_concatenated"),
-    "exponent_i_over_d": (lambda x: x.double() + pe_table(x.shape[1], x.shape[2], base=100.0).double(),
-                          "with the exponent i/d_model pair 0 would be right and the slow pairs would turn "
-                          "too fast: the last one about 10000^(-1/2) radians per position",
-                          "learned.port_misread_i_over_d"),
-    "sin_cos_swapped": (lambda x: x.double() + swap_pairs(_paper(x)).double(), "a cosine first in every pair "
-                        "would read [1, 0, 1, 0, ...] at position 0", "learned.port_misread_swapped"),
-    "table_only": (lambda x: _paper(x).double().expand_as(x), "a port that returns the table alone would "
-                   "not depend on x at all: out itself would read [0, 1, 0, 1, ...] at position 0, in "
-                   "every sequence of the batch", "learned.port_misread_table_only"),
+def _grad_steps(max_len: int, lengths: list[int] | None) -> Tensor:
+    """In how many steps each row got a non-zero gradient, for one n per step (lesson 04, 4c's
+    count); None: the table is a plain tensor, which gets no gradient at all. (max_len,) int64."""
+    counts = torch.zeros(max_len, dtype=torch.long)  # (L_max,)
+    for n in lengths or ():
+        counts += torch.tensor(_rows_reached(max_len, n), dtype=torch.long)
+    return counts
+
+
+# label -> (what that cause would show in grad_steps, the id of naming it wrongly)
+_TRAINING_BUGS = {
+    "none": ("copies that fill the table give rows 0 .. max_len - 2 a gradient at every step and the last "
+             "row none: its token has no target, and in a causal model no other token attends to it",
+             "learned.training_bug_missed"),
+    "truncated": ("a copy cut to max_len tokens keeps a target at its last position, so every row, the "
+                  "last one included, would get a gradient at every step",
+                  "learned.training_misread_truncated"),
+    "short_sequences": ("copies shorter than the table would stop well before the end: a block of rows "
+                        "before the last one would never get a gradient", "learned.training_misread_short"),
+    "mixed_lengths": ("n drawn afresh at every step would make the counts fall in many steps, one per "
+                      "length drawn, from every step at row 0 to a few near the end",
+                      "learned.training_misread_mixed"),
+    "short_window": ("short copies for 90% of the steps, then table-filling ones, would give exactly two "
+                     "levels: every step up to the short copies' reach, a tenth of the steps beyond",
+                     "learned.training_misread_window"),
+    "plain_tensor": ("a table kept as a plain tensor gets no gradient at all: every count would be 0",
+                     "learned.training_misread_plain_tensor"),
 }
 
 
-def _port_out(label: str, x: Tensor) -> Tensor:
-    return _PORT_BUGS[label][0](x).float()  # (B, T, D), float32 as the port's
+def _training_bug_ref(grad_steps: Tensor, steps: int) -> str:
+    """The one cause a case's counts show (the cases are drawn so that exactly one does)."""
+    counts = grad_steps.long()  # (L_max,)
+    last = counts.shape[0] - 1
+    if int(counts.sum()) == 0:
+        return "plain_tensor"
+    reach = int(counts.nonzero().max())  # the last row with a gradient
+    if reach != last - 1:  # the last row trains too, or the rows before it do not
+        if not bool((counts[:reach + 1] == steps).all()):
+            raise ValueError("not a case of this task: the rows it reaches train in some steps only")
+        return "truncated" if reach == last else "short_sequences"
+    levels = counts[counts > 0].unique().numel()
+    return {1: "none", 2: "short_window"}.get(levels, "mixed_lengths")
 
 
-def _port_bug_ref(x: Tensor, out: Tensor) -> str:
-    return unique_label([label for label in _PORT_BUGS
-                         if close(out.double(), _port_out(label, x).double())])
+def _schedule(label: str, max_len: int, steps: int, g: torch.Generator) -> list[int] | None:
+    """The n of every training step for a cause (None: a plain tensor, which never gets a gradient)."""
+    full, tenth = (max_len - 2) // 2, steps // 10  # full: the copy that fills the table, T = max_len
+    schedules = {"plain_tensor": lambda: None, "none": lambda: [full] * steps,
+                 "truncated": lambda: [draw(g, max_len // 2, max_len - 2) for _ in range(steps)],  # cut
+                 "short_sequences": lambda: [draw(g, 1, full - 1)] * steps,
+                 "short_window": lambda: [draw(g, 1, full - 1)] * (steps - tenth) + [full] * tenth,
+                 "mixed_lengths": lambda: [draw(g, 1, full) for _ in range(steps)]}
+    return schedules[label]()
 
 
-def _port_cases(seed: int = 0) -> list[tuple]:
-    """(x (B, T, D), out (B, T, D) float32): seed 0 each label once in a fixed order, another seed four
-    of the five drawn; B 2 .. 3, T 2 .. 24, D even 4 .. 32; only the drawn label matches."""
-    labels = list(_PORT_BUGS)
+def _training_cases(seed: int = 0) -> list[tuple]:
+    """(grad_steps (max_len,) int64, steps): seed 0 each cause once in a fixed order, another seed
+    five of the six drawn; max_len even 8 .. 64, steps 20 .. 60 (a multiple of 10); only the drawn
+    cause matches (a mixed schedule is drawn again until it reaches the end with 3 levels or more)."""
+    labels = list(_TRAINING_BUGS)
     if seed == 0:
-        specs = [("concatenated", randn(seeded(105), 2, 5, 8)), ("none", randn(seeded(106), 2, 12, 16)),
-                 ("sin_cos_swapped", randn(seeded(107), 3, 4, 6)),
-                 ("table_only", randn(seeded(108), 2, 3, 4)),
-                 ("exponent_i_over_d", randn(seeded(109), 3, 9, 12))]
+        g = seeded(110)
+        specs = [("short_window", 40, 40), ("none", 18, 30), ("plain_tensor", 12, 20),
+                 ("mixed_lengths", 34, 50), ("truncated", 16, 30), ("short_sequences", 24, 40)]
     else:
-        g = seeded(4_000 + seed)
-        specs = [(labels[int(i)], randn(g, draw(g, 2, 3), draw(g, 2, 24), 2 * draw(g, 2, 16)))
-                 for i in torch.randperm(len(labels), generator=g)[:4]]
+        g = seeded(4_100 + seed)
+        specs = [(labels[int(i)], 2 * draw(g, 4, 32), 10 * draw(g, 2, 6))
+                 for i in torch.randperm(len(labels), generator=g)[:5]]
     cases = []
-    for label, x in specs:
-        out = _port_out(label, x)
-        if _port_bug_ref(x, out) != label:
+    for label, max_len, steps in specs:
+        for _ in range(50):
+            counts = _grad_steps(max_len, _schedule(label, max_len, steps, g))
+            try:
+                if _training_bug_ref(counts, steps) == label:
+                    break
+            except ValueError:
+                continue
+        else:
             raise ValueError(f"a broken case: {label}")
-        cases.append((x, out))
+        cases.append((counts, steps))
     return cases
 
 
 register(Task(
-    id="04_port_bug",
+    id="04_training_bug",
     kind="diagnose",
-    title="Diagnose: which slip a port of the sinusoidal encoder has",
+    title="Diagnose: what went wrong in training a learned table",
     points=2,
-    entry="port_bug",
-    forbidden=(*SINUSOIDAL_FORBIDDEN, "posenc_lesson.tasks.learned._port_bug_ref",
-               "posenc_lesson.tasks.learned._port_out"),
-    cases=_port_cases,
-    hidden=_port_cases,
+    entry="training_bug",
+    forbidden=("posenc_lesson.tasks.learned._training_bug_ref", "posenc_lesson.tasks.learned._schedule",
+               "posenc_lesson.tasks.learned._grad_steps", "posenc_lesson.tasks.learned._rows_reached"),
+    cases=_training_cases,
+    hidden=_training_cases,
     run=call,
-    judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _PORT_BUGS.items()}, _port_bug_ref,
-                      "does out depend on x at all? Then look at what the port added, out - x: what does "
-                      "it read at position 0 (which channels hold a sine) and at position 1 (each pair's "
-                      "angle)?"),
+    judge=label_judge(_TRAINING_BUGS, _training_bug_ref,
+                      "which rows can the loss of a copy of n symbols reach in a causal model, and which row "
+                      "has no loss term at or after it? Then: how many different counts does grad_steps "
+                      "hold, and where does it reach 0?"),
 ))
 
 
@@ -218,9 +266,8 @@ register(Task(
 # --------------------------------------------------------------------------------------
 
 def _measured_untrained(max_len: int, copy_lengths: tuple[int, ...]) -> Tensor:
-    """The rows of a learned table that get no gradient, measured: one forward and backward pass
-    of the lab's TinyDecoder (learned table, max_len rows) per copy length n, with the lab's
-    copy task and loss. (m,) sorted row indices."""
+    """The rows of a learned table that get no gradient, measured: one forward and backward pass of
+    the lab's TinyDecoder per copy length n, with its copy task and loss. (m,) sorted row indices."""
     from ..lab.copy_task import copy_batch
     from ..lab.model import TinyDecoder
     from ..lab.train import masked_loss

@@ -1,6 +1,7 @@
-"""Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix M_k with
-PE[pos + k] = M_k PE[pos], the dot product PE[pos] . PE[pos + k], and a diagnosis: which slip made
-a colleague's shift by k (the slip drawn per case).
+"""Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix of a table
+stored (cos, sin) per pair with fairseq's frequencies (derived; the lesson prints only the paper's
+M_k), the dot product PE[pos] . PE[pos + k], and a diagnosis: which slip made a colleague's shift
+by k (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): offsets k in -60 .. 120 (0 among them now and
 then), even widths 4 .. 64; for the diagnosis five shifts, the five labels in a random order, of
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import rope as _rope
 from .. import sinusoidal as _sinusoidal
 from .concepts import Misconception, choice_judge, number_judge, question
 from .judges import (
@@ -45,36 +47,61 @@ def _offset(k: int, d: int, base: float = 10_000.0) -> Tensor:
     return _sinusoidal.sinusoidal_offset_matrix(k, d, base)
 
 
-_OFFSET_SIGN = ("the rotation turns the wrong way: your matrix is M_k transposed, which is "
-                "M_(-k): it moves k positions back.")
-_OFFSET_SIGN_HINT = ("write out sin(a + b) and cos(a + b) with the angle-addition formulas for a "
-                     "(sin, cos) pair: which entry of the 2x2 block carries the minus sign? It is "
-                     "not where the usual rotation matrix [[cos, -sin], [sin, cos]] has it.")
+def _fairseq_frequencies(d: int) -> Tensor:
+    """omega_i = 10000^(-i/(d/2 - 1)), i = 0 .. d/2 - 1: tensor2tensor's and fairseq's spacing
+    (lesson 02, section 8), the slowest pair at exactly 1/10000. (D/2,) float64."""
+    half = d // 2
+    return 10_000.0 ** (-torch.arange(half, dtype=torch.float64) / (half - 1))  # (D/2,)
+
+
+def _offset_cos_sin(k: int, d: int, omega: Tensor | None = None) -> Tensor:
+    """The matrix moving every row of a table stored (cos, sin) per pair k positions forward:
+    a (cos, sin) pair is an (x, y) point, turned by +k w_i as RoPE turns one, so it is the
+    library's RoPE rotation at position k, with the table's frequencies. (D, D) float64."""
+    omega = _fairseq_frequencies(d) if omega is None else omega
+    eye = torch.eye(d, dtype=torch.float64)  # (D, D): row j is e_j, every row at position k
+    rows = _rope.apply_rope(eye, torch.full((d,), k), frequencies=omega)  # (D, D): row j is R_k e_j
+    return rows.T  # (D, D): R_k
+
+
+_OFFSET_SIGN = ("your matrix turns every pair the wrong way, k positions back: that is the block of "
+                "the lesson's M_k, made for pairs stored (sin, cos). With the cosine first, the same "
+                "forward turn puts the minus sign on the other side of the diagonal.")
+_OFFSET_SIGN_HINT = ("write cos((pos + k) w) and sin((pos + k) w) from the stored cos(pos w) and "
+                     "sin(pos w): which of the two new entries takes a minus sign, and in which row of "
+                     "the block does it sit?")
 
 register(Task(
     id="03_offset_matrix",
     kind="derive",
-    title="Derive: the offset matrix M_k",
+    title="Derive: the offset matrix of a table stored (cos, sin)",
     points=3,
     entry="offset_matrix",
     forbidden=_OFFSET_FORBIDDEN,
     cases=lambda: [(1, 8), (5, 16), (-3, 8), (100, 4), (0, 6)],
     run=call,
-    judge=tensor_judge(_offset, [
-        Mistake(lambda k, d: _offset(-k, d), _OFFSET_SIGN, _OFFSET_SIGN_HINT,
-        id="rotation.offset_sign_flipped"),
-        Mistake(lambda k, d: _offset(k, d, base=100.0),
-                "the exponent is off by a factor of 2: omega_i = 10000^(-i/d_model).",
-                "omega_i = 10000^(-2i/d_model), i = 0 .. d_model/2-1.", id="rotation.exponent_factor_2"),
-        Mistake(lambda k, d: half_block(_offset(k, d)),
+    judge=tensor_judge(_offset_cos_sin, [
+        Mistake(lambda k, d: _offset_cos_sin(-k, d), _OFFSET_SIGN, _OFFSET_SIGN_HINT,
+                id="rotation.offset_sign_flipped"),
+        Mistake(lambda k, d: _offset_cos_sin(k, d, _sinusoidal.sinusoidal_frequencies(d).double()),
+                "your frequencies are the paper's, 10000^(-2i/d_model); this table spaces them as "
+                "tensor2tensor and fairseq do, with the slowest pair at exactly 1/10000.",
+                "what is w_i of the last pair, i = d_model/2 - 1, in this table?",
+                id="rotation.offset_paper_frequencies"),
+        Mistake(lambda k, d: _offset(k, d),
+                "this is the lesson's M_k, built for the paper's table: its blocks turn (sin, cos) "
+                "pairs, and its frequencies are the paper's; this table differs in both.",
+                "which channel of a pair holds the cosine here, and how are the w_i spaced?",
+                id="rotation.offset_lesson_matrix_copied"),
+        Mistake(lambda k, d: half_block(_offset_cos_sin(k, d)),
                 "your blocks pair channel i with i + d_model/2; the table pairs (2i, 2i+1).",
                 "put the 2x2 block of pair i at rows and columns 2i and 2i+1.",
                 id="rotation.half_layout_blocks"),
-        Mistake(lambda k, d: _offset(1, d),
+        Mistake(lambda k, d: _offset_cos_sin(1, d),
                 "your matrix does not depend on k: it shifts by one position.",
                 "the angle of pair i is k * omega_i.", id="rotation.ignores_k"),
-    ], ("k", "d_model"), "M_k is block-diagonal; block i acts on channels (2i, 2i+1) and turns the angle "
-                         "by k * omega_i.", symptom=not_a_rotation),
+    ], ("k", "d_model"), "the matrix is block-diagonal; block i acts on channels (2i, 2i+1), which hold "
+                         "(cos, sin) of pos * w_i, and turns the angle by k * w_i.", symptom=not_a_rotation),
     hidden=_hidden_offsets,
 ))
 
@@ -179,9 +206,8 @@ register(Task(
     hidden=_shift_bug_cases,
     run=call,
     judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _SHIFT_BUGS.items()},
-                      _shift_bug_ref, "compare shifted with pe @ M.T for the M each slip would use (your "
-                      "offset_matrix of Task 1 builds the right one): which one matches, within a "
-                      "tolerance?"),
+                      _shift_bug_ref, "compare shifted with pe @ M.T for the M each slip would use (the "
+                      "lesson's M_k is the right one): which one matches, within a tolerance?"),
 ))
 
 
@@ -201,14 +227,17 @@ def _concat_step() -> str:
         m = _offset(k, d_model).double()
         table = interleaved_to_concat(pe_table(100, d_model, start=50)).double()  # (100, D): sines, cosines
         rows, later = (table[:-k], table[k:]) if k > 0 else (table[-k:], table[:k])
-        for name, candidate in (("moved_blocks", half_block(m)), ("moved_blocks_transposed", half_block(m.T)),
-                                ("itself", m)):
-            if torch.allclose(rows @ candidate.T, later, atol=1e-6):
-                found.add(name)
-                break
-        else:
-            found.add("none")
-    return found.pop() if len(found) == 1 else "none"
+        matches = [name for name, candidate in (("moved_blocks", half_block(m)),
+                                                ("moved_blocks_transposed", half_block(m.T)), ("itself", m))
+                   if torch.allclose(rows @ candidate.T, later, atol=1e-6)]
+        fit = torch.linalg.lstsq(rows, later).solution  # (D, D): the best fixed map X^T, rows @ fit ~ later
+        fixed = torch.allclose(rows @ fit, later, atol=1e-6)  # does one fixed matrix move these rows?
+        if len(matches) > 1 or fixed != bool(matches):
+            raise ValueError(f"a broken question: k={k}, d_model={d_model}, matches {matches}, fixed {fixed}")
+        found.add(matches[0] if matches else "none")
+    if len(found) != 1:
+        raise ValueError(f"a broken question: the settings disagree, {found}")
+    return found.pop()
 
 
 register(question(

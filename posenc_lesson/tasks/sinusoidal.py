@@ -141,6 +141,12 @@ register(Task(
                 "pi/2 minus the angle.",
                 "torch.atan2(y, x) takes the sine first; channel 2i holds the sine.",
                 id="sinusoidal.wavelength_atan2_swapped"),
+        Mistake(lambda t: 2 * math.pi / torch.acos(t[1, 1::2].double()),
+                "you read each pair's angle from its cosine alone, acos(cos): the cosine of a slow pair "
+                "is so close to 1 that float32 rounds away most of the angle (to 0 below about "
+                "2.5e-4 radian), so the slow pairs' wavelengths come out wrong or infinite.",
+                "near angle 0 the cosine hardly moves and the sine does: read the angle from the sine "
+                "too.", id="sinusoidal.wavelength_acos_of_cosine"),
     ], ("table",), "for every pair, the number of positions its angle needs to grow by one full turn, "
                    "shape (d_model // 2,); read the angle each pair turns per position off the table."),
     hidden=_wavelength_cases,
