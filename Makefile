@@ -98,6 +98,7 @@ experiments: $(STAMP)
 	$(BIN)/python -m posenc_lesson.lab.context_extension
 	$(BIN)/python -m posenc_lesson.lab.vision_lab
 	$(BIN)/python -m posenc_lesson.lab.lm_lab
+	$(BIN)/python -m posenc_lesson.lab.after_rope_lab
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -171,3 +171,22 @@ def test_unknown_scheme_names_the_parameter_and_the_fix():
         AfterRopeDecoder(256, scheme="xpos", train_length=8).set_forced_gate(0.5)
     with pytest.raises(ValueError, match="even head_dim"):
         AfterRopeDecoder(256, scheme="xpos", train_length=8, d_model=12, num_heads=4)
+
+
+def test_the_committed_csvs_are_the_whole_full_lab():
+    config = lab.FULL
+    rows = lm_lab.read_csv(lab.RESULTS_CSV)
+    assert {r["train_length"] for r in rows} == {config.train_length}
+    for scheme in config.schemes:
+        s = lm_lab.series(rows, scheme)
+        assert sorted(s) == list(config.eval_lengths)
+        assert all(sorted(e["per_seed"]) == list(config.seeds) for e in s.values()), scheme
+        for seed in config.seeds:
+            bins = [r["position"] for r in rows if (r["scheme"], r["seed"], r["metric"], r["length"])
+                    == (scheme, seed, "bpb_position", max(config.eval_lengths))]
+            assert bins == list(range(0, max(config.eval_lengths), config.bin_size))
+            for metric in ("attention_mib", "activation_mib"):
+                assert [r["length"] for r in rows if (r["scheme"], r["seed"], r["metric"])
+                        == (scheme, seed, metric)] == list(config.memory_lengths)
+    times = lm_lab.read_timing_csv(lab.TIMING_CSV)
+    assert len(times) == 2 * len(config.schemes) * len(config.seeds)

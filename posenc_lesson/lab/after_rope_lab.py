@@ -21,8 +21,14 @@ is not reproducible to the byte, so it lives apart from the results.
 
     python -m posenc_lesson.lab.after_rope_lab   # `make experiments`: notebooks/13_results.csv, 13_timing.csv
 
-Cost: the full lab (18 models, 2 workers of one thread each) took WALL_TIME_NOTE on 2 cores; the FAST
-setting (POSENC_FAST=1: L = 32, 120 steps of 8 windows, one seed) trains all six in a few seconds.
+Cost, measured on 2026-12-03 (2 cores shared with other sessions, load average 5 to 7 for most of the
+run): the full lab (18 models, 2 workers of one thread each) took 751 s wall and 714 CPU seconds; the
+job got 94 % of one core. Its last seed, run once the machine had quietened, cost 201 CPU s for six
+models, so on 2 free cores the lab is about 3 x 201 / 2 = 300 s, 5 minutes, plus start-up. Training
+cost 43 (RoPE/NoPE mix) to 90 (CoPE) CPU ms per step in that seed; lesson 10's schemes cost 36 to
+47 (their means over seeds, notebooks/10_timing.csv, measured on another day's load). FAST
+(POSENC_FAST=1: L = 32, 120 steps of 8 windows, one seed) cost 23 CPU s for all six models (about
+12 s wall on 2 free cores).
 Taught in notebooks/13 (after RoPE).
 """
 
@@ -57,7 +63,6 @@ __all__ = ["AFTER_ROPE_SCHEMES", "CSV_COLUMNS", "FAST", "FULL", "METRICS", "RESU
 RESULTS_CSV = Path(__file__).resolve().parents[2] / "notebooks" / "13_results.csv"
 TIMING_CSV = RESULTS_CSV.with_name("13_timing.csv")
 METRICS = ("bpb_nonoverlapping", "bpb_position", "attention_mib", "activation_mib")
-WALL_TIME_NOTE = "(not yet measured)"
 LN2 = math.log(2.0)
 
 FULL = dataclasses.replace(LM_FULL, schemes=AFTER_ROPE_SCHEMES)  # lesson 10's FULL, these schemes
