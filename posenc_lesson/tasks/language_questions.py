@@ -207,6 +207,7 @@ register(question(
     entry="answer_10_t5_untrained_bucket",
     forbidden=("posenc_lesson.tasks.language_questions._first_untrained_bucket",
                "posenc_lesson.t5_relative_position_bucket",  # one call of either is lesson 10's cell 38
+               "posenc_lesson.T5RelativePositionBias",  # a bias module whose weights are its bucket ids
                "posenc_lesson.lab.lm_probes.trained_t5_buckets"),
     judge=number_judge(_first_untrained_bucket, [
         Misconception(lambda: _first_untrained_bucket(64), "that is the first bucket a 64-byte window never "
