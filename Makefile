@@ -36,7 +36,7 @@ help:
 	@echo "make test-quick   lint and the library's and grader's quick tests: no notebooks, browsers or servers (~2 min)"
 	@echo "make lint         ruff check"
 	@echo "make exercises    regenerate exercises/ from solutions/"
-	@echo "make experiments  rerun the labs (length extrapolation, context extension, resolution) and rewrite their CSVs"
+	@echo "make experiments  rerun the labs (length extrapolation, context extension, resolution, language, after RoPE) and rewrite their CSVs"
 	@echo "make bench        run the benchmarks and rewrite benchmarks/README.md"
 	@echo "make book         build the course website into _build/book/html (EXECUTE=1 reruns the lessons first)"
 

@@ -16,6 +16,10 @@
     lm_probes    lesson 10's probes of a byte model: the memory autograd keeps, T5's untrained buckets filled
     lm_lab       lesson 10's lab: the seven schemes as byte-level language models at L = 64, three seeds,
                  evaluated to 8L (python -m posenc_lesson.lab.lm_lab, also in `make experiments`)
+    after_rope_attention  the after-RoPE layers the byte model can use: xPos, FoX's forget gates, CoPE,
+                 FIRE, stick-breaking attention, a RoPE/NoPE layer mix (each the library's function)
+    after_rope_lab  the after-RoPE lab: those six schemes on lesson 10's protocol, three seeds, to 8L
+                 (python -m posenc_lesson.lab.after_rope_lab, also in `make experiments`)
     field_bugs   lesson 12's lab: a trained copy model run as an inference engine runs it (positions per
                  row and their dtype, layout, mask, ALiBi slopes), with six shipped bugs switched on
 
