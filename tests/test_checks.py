@@ -162,9 +162,11 @@ MUTANTS = [
      "torch.arange(0, dh // 2, dtype=torch.float64) / dh", "off by a factor of 2"),
     ("06_apply_rope_interleaved", "positions.double()[:, None]",
      "torch.arange(x.shape[-2]).double()[:, None]", "ignore the positions"),
-    ("06_apply_rope_half", "x_a * cos - x_b * sin, x_a * sin + x_b * cos",
-     "x_a * cos + x_b * sin, -x_a * sin + x_b * cos", "sign is flipped"),
-    ("06_apply_rope_half", "positions.double()", "(positions.double() - 1)", "off by one"),
+    ("06_apply_rope_permuted", "a, b = stored_at[0::2]", "b, a = stored_at[0::2]", "sign is flipped"),
+    ("06_apply_rope_permuted", "positions.double()", "(positions.double() - 1)", "off by one"),
+    ("06_apply_rope_permuted", "stored_at = torch.argsort(perm)", "stored_at = perm", "wrong way round"),
+    ("06_apply_rope_permuted", "stored_at = torch.argsort(perm)", "stored_at = torch.arange(dh)",
+     "you ignored perm"),
     ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1.T if position >= 0 else r1", "wrong way"),
     ("06_rotation_matrix", "r1 if position >= 0 else r1.T", "r1", "|m| steps forward"),
     ("06_rotation_matrix", "r = torch.eye(r1.shape[0], dtype=torch.float64)", "r = r1.clone()",
@@ -218,13 +220,23 @@ def test_known_mistake_is_diagnosed(task_id, old, new, diagnosis):
     assert "Hint:" in feedback or "Hint" in feedback
 
 
-@pytest.mark.parametrize(("task_id", "other"), [("06_apply_rope_interleaved", "06_apply_rope_half"),
-                                                ("06_apply_rope_half", "06_apply_rope_interleaved")])
-def test_swapped_rope_layouts_are_named(task_id, other):
-    source = _reference_source(other).replace(TASKS[other].entry, TASKS[task_id].entry)
-    points, _, feedback = _grade(task_id, _entry(task_id, source))
-    assert points == 0
-    assert "layouts swapped" in feedback
+_HALF_LAYOUT = ("def {entry}(x, positions{extra}):\n"
+                "    dh = x.shape[-1]\n"
+                "    theta = 10000.0 ** (-torch.arange(0, dh, 2).double() / dh)\n"
+                "    angle = positions.double()[:, None] * theta\n"
+                "    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)\n"
+                "    x_a, x_b = x.chunk(2, dim=-1)\n"
+                "    return torch.cat((x_a * cos - x_b * sin, x_a * sin + x_b * cos), dim=-1)\n")
+
+
+@pytest.mark.parametrize(("task_id", "extra", "named"),
+                         [("06_apply_rope_interleaved", "", "layouts swapped"),
+                          ("06_apply_rope_permuted", ", perm", "whatever perm")])
+def test_the_half_layout_is_named_where_it_does_not_belong(task_id, extra, named):
+    source = _HALF_LAYOUT.format(entry=TASKS[task_id].entry, extra=extra)
+    points, max_points, feedback = _grade(task_id, _entry(task_id, source))
+    assert points == (0 if task_id == "06_apply_rope_interleaved" else max_points / 5)  # right on one order
+    assert named in feedback
 
 
 def test_learned_table_without_the_length_check_earns_partial_credit():
@@ -288,8 +300,9 @@ CHEATS = {
     "06_apply_rope_interleaved": ("from posenc_lesson.rope import apply_rope\n"
                                   "def apply_rope_interleaved(x, positions):\n"
                                   "    return apply_rope(x, positions)"),
-    "06_apply_rope_half": ("def apply_rope_half(x, positions):\n"
-                           "    return posenc_lesson.apply_rope(x, positions, layout='half')"),
+    "06_apply_rope_permuted": ("def apply_rope_permuted(x, positions, perm):\n"
+                               "    y = posenc_lesson.apply_rope(x[..., torch.argsort(perm)], positions)\n"
+                               "    return y[..., perm]"),
     "06_rotation_matrix": ("def rope_matrix(position, r):\n"
                            "    turn, dh = (1 if r[1, 0] > 0 else -1), r.shape[0]\n"
                            "    base = float(torch.atan2(turn * r[3, 2], r[2, 2])) ** (-dh / 2)\n"
@@ -438,9 +451,10 @@ def test_allowed_library_helpers_do_not_count_as_cheating():
 # ---------------------------------------------------------------------------------------------
 
 def test_check_prints_a_pass_line_to_stdout_only(capsys):
-    check("06_apply_rope_half", _entry("06_apply_rope_half", _reference_source("06_apply_rope_half")))
+    task_id = "06_apply_rope_permuted"
+    check(task_id, _entry(task_id, _reference_source(task_id)))
     out, err = capsys.readouterr()
-    assert out == "✅ 06_apply_rope_half: passed (3/3 points)\n"
+    assert out == "✅ 06_apply_rope_permuted: passed (3/3 points)\n"
     assert err == ""
 
 
@@ -448,9 +462,9 @@ def test_check_never_raises(capsys):
     def explodes(*args):
         raise ZeroDivisionError("boom")
 
-    check("06_apply_rope_half", explodes)
-    check("06_apply_rope_half", 42)
-    check("06_apply_rope_half", lambda x, p: "a string")
+    check("06_apply_rope_permuted", explodes)
+    check("06_apply_rope_permuted", 42)
+    check("06_apply_rope_permuted", lambda x, p, perm: "a string")
     check("no_such_task", explodes)
     out, err = capsys.readouterr()
     assert "ZeroDivisionError: boom" in out
@@ -466,10 +480,10 @@ def test_wrong_shape_names_both_shapes():
 
 
 def test_score_survives_malformed_outputs():
-    task = TASKS["06_apply_rope_half"]
+    task = TASKS["06_apply_rope_permuted"]
     n = len(task.cases())
     for outputs in ([], "nonsense", [None] * n, [{"type": "generator"}] * n, [[["x"]]] * n):
-        points, max_points, feedback = score("06_apply_rope_half", outputs)
+        points, max_points, feedback = score("06_apply_rope_permuted", outputs)
         assert points == 0 and max_points == task.points and feedback
 
 

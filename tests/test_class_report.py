@@ -131,8 +131,8 @@ def test_report_counts_are_exactly_the_planted_ones(graded):
         assert all(m.startswith("generic.") for m in counts["outcomes"])
     assert data["tasks"]["06_apply_rope_interleaved"]["mistakes"] == {"rope.layout_swapped": 2}
     assert data["tasks"]["02_sinusoidal_table"]["mistakes"] == {"sinusoidal.exponent_factor_2": 1}
-    assert data["tasks"]["06_apply_rope_half"]["outcomes"] == {"generic.crash": 1,
-                                                               "generic.not_implemented": 1}
+    assert data["tasks"]["06_apply_rope_permuted"]["outcomes"] == {"generic.crash": 1,
+                                                                   "generic.not_implemented": 1}
 
 
 def test_shares_and_worst_first_order_follow_the_scores(graded):

@@ -122,21 +122,21 @@ def _computes(m: Mistake, case: tuple, out: torch.Tensor) -> bool:
 
 
 def test_generic_outcomes_of_score():
-    cases = TASKS["06_apply_rope_half"].cases()
+    cases = TASKS["06_apply_rope_permuted"].cases()
     assess = tasks.assess
     stub, cheat = {"error": "NotImplementedError: x"}, {"forbidden": "posenc_lesson.rope.apply_rope"}
-    assert assess("06_apply_rope_half", [stub] * len(cases)).mistake == "generic.not_implemented"
-    assert assess("06_apply_rope_half", [cheat] * len(cases)).mistake == "generic.forbidden_call"
-    assert assess("06_apply_rope_half", [1.0]).mistake == "generic.malformed_output"
-    crashed = assess("06_apply_rope_half", [{"error": "RuntimeError: boom"}] * len(cases))
+    assert assess("06_apply_rope_permuted", [stub] * len(cases)).mistake == "generic.not_implemented"
+    assert assess("06_apply_rope_permuted", [cheat] * len(cases)).mistake == "generic.forbidden_call"
+    assert assess("06_apply_rope_permuted", [1.0]).mistake == "generic.malformed_output"
+    crashed = assess("06_apply_rope_permuted", [{"error": "RuntimeError: boom"}] * len(cases))
     assert crashed.mistake == "generic.error" and crashed.case_mistakes == ["generic.error"] * len(cases)
-    shapes = assess("06_apply_rope_half", [torch.zeros(2)] * len(cases))
+    shapes = assess("06_apply_rope_permuted", [torch.zeros(2)] * len(cases))
     assert shapes.mistake == "generic.wrong_shape"
-    unknown = assess("06_apply_rope_half", [c[0] * 3 for c in cases])
+    unknown = assess("06_apply_rope_permuted", [c[0] * 3 for c in cases])
     assert unknown.mistake == "generic.wrong_unknown"
-    right = [TASKS["06_apply_rope_half"].judge.reference(*c) for c in cases]
-    assert assess("06_apply_rope_half", right)[3:] == (None, [None] * len(cases))
-    assert assess("06_apply_rope_half", right)[:3] == tasks.score("06_apply_rope_half", right)
+    right = [TASKS["06_apply_rope_permuted"].judge.reference(*c) for c in cases]
+    assert assess("06_apply_rope_permuted", right)[3:] == (None, [None] * len(cases))
+    assert assess("06_apply_rope_permuted", right)[:3] == tasks.score("06_apply_rope_permuted", right)
 
 
 def test_per_case_ids_tell_cases_apart():

@@ -45,7 +45,7 @@ import torch
 import posenc_lesson as pl
 ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
-    "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
+    "apply_rope_permuted": lambda x, p, o: pl.apply_rope(x[..., o.argsort()], p)[..., o],
     "rope_matrix": lambda m, r: pl.apply_rope(  # R_m's columns: R_m e_j, with R_1's angles
         torch.eye(r.shape[0]), torch.full((r.shape[0],), m),
         frequencies=r[1::2, 0::2].diagonal().atan2(r[0::2, 0::2].diagonal())).T,
@@ -106,7 +106,8 @@ _q = queue.Queue()
 class _Worker(logging.Handler):
     def handle(self, record):
         try:
-            record.box.append(pl.apply_rope(*record.call, layout="half"))
+            x, positions, perm = record.call
+            record.box.append(pl.apply_rope(x[..., perm.argsort()], positions)[..., perm])
         except Exception as exc:
             record.box.append(exc)
         finally:
@@ -117,9 +118,9 @@ _listener = logging.handlers.QueueListener(_q, _Worker())
 _listener.start()
 
 
-def apply_rope_half(x, positions):
+def apply_rope_permuted(x, positions, perm):
     record = logging.makeLogRecord({"msg": "call"})
-    record.call, record.box, record.done = (x, positions), [], threading.Event()
+    record.call, record.box, record.done = (x, positions, perm), [], threading.Event()
     _q.put(record)
     record.done.wait(10)
     return record.box[0]
@@ -128,10 +129,10 @@ ATTACKS = {  # student -> {grade_id: source}; each forgery stands in the first a
     "rot13_exec": {"06_apply_rope_interleaved": ROT13},
     "state_by_string": {"06_apply_rope_interleaved": STATE_BY_STRING + WRAP},
     "state_by_globals": {"06_apply_rope_interleaved": STATE_BY_GLOBALS + WRAP},
-    "queue_thread": {"06_apply_rope_half": QUEUE_THREAD},
+    "queue_thread": {"06_apply_rope_permuted": QUEUE_THREAD},
 }
 FORGED = {"rot13_exec": ROPE_TASKS, "state_by_string": ROPE_TASKS, "state_by_globals": ROPE_TASKS,
-          "queue_thread": ["06_apply_rope_half"]}
+          "queue_thread": ["06_apply_rope_permuted"]}
 
 
 def _write(path: Path, cells: dict[str, str] | None) -> None:
@@ -189,7 +190,7 @@ def test_every_forgery_scores_0(graded, student):
 
 
 def test_a_thread_left_running_is_named_in_the_reason(graded):
-    task = _task(graded["first"]["reports"]["queue_thread"], "06_apply_rope_half")
+    task = _task(graded["first"]["reports"]["queue_thread"], "06_apply_rope_permuted")
     assert "left a thread running" in task["feedback"], task
     assert "stop it before the answer returns" in task["feedback"], task
 

@@ -63,7 +63,7 @@ def _src(text: str) -> str:
 ROPE_ANSWERS = '''
 ANSWERS = {
     "apply_rope_interleaved": lambda x, p: pl.apply_rope(x, p),
-    "apply_rope_half": lambda x, p: pl.apply_rope(x, p, layout="half"),
+    "apply_rope_permuted": lambda x, p, o: pl.apply_rope(x[..., o.argsort()], p)[..., o],
     "rope_matrix": lambda m, r: pl.apply_rope(  # R_m's columns: R_m e_j, with R_1's angles
         torch.eye(r.shape[0]), torch.full((r.shape[0],), m),
         frequencies=r[1::2, 0::2].diagonal().atan2(r[0::2, 0::2].diagonal())).T,
@@ -148,8 +148,8 @@ except Exception:
     pass
 
 
-def apply_rope_half(x, positions):
-    return posenc_lesson.apply_rope(x, positions, layout="half")
+def apply_rope_permuted(x, positions, perm):
+    return posenc_lesson.apply_rope(x[..., perm.argsort()], positions)[..., perm]
 '''
 DISABLE_WATCH_NOW = '''import contextlib
 import posenc_lesson
@@ -158,8 +158,8 @@ import posenc_lesson.harness.watch as _w
 _w.Watch.watching = lambda self: contextlib.nullcontext(self.called)  # its successor
 
 
-def apply_rope_half(x, positions):
-    return posenc_lesson.apply_rope(x, positions, layout="half")
+def apply_rope_permuted(x, positions, perm):
+    return posenc_lesson.apply_rope(x[..., perm.argsort()], positions)[..., perm]
 '''
 READ_SOLUTIONS = '''import json
 import pathlib
@@ -177,11 +177,10 @@ _g = torch.Generator().manual_seed(108)  # the visible cases, rebuilt as the che
 _visible = [(torch.randn(5, 8, generator=_g), torch.arange(5)),
             (torch.randn(2, 3, 6, 4, generator=_g), torch.arange(6)),
             (torch.randn(2, 4, 16, generator=_g), torch.arange(10, 14))]
-_table = {(x.numpy().tobytes(), p.numpy().tobytes()): posenc_lesson.apply_rope(x, p, layout="half")
-          for x, p in _visible}
+_table = {(x.numpy().tobytes(), p.numpy().tobytes()): posenc_lesson.apply_rope(x, p) for x, p in _visible}
 
 
-def apply_rope_half(x, positions):
+def apply_rope_interleaved(x, positions):
     return _table.get((x.numpy().tobytes(), positions.numpy().tobytes()), torch.zeros_like(x))
 '''
 GETSOURCE = '''import inspect
@@ -200,10 +199,10 @@ ATTACKS = {
     "forge_harvest": ("06_rope", {"06_apply_rope_interleaved": FORGE_HARVEST}),
     "forge_state": ("06_rope", {"06_apply_rope_interleaved": FORGE_STATE}),
     "forge_thread": ("06_rope", {"06_apply_rope_interleaved": FORGE_THREAD}),
-    "disable_watch": ("06_rope", {"06_apply_rope_half": DISABLE_WATCH}),
-    "disable_watch_now": ("06_rope", {"06_apply_rope_half": DISABLE_WATCH_NOW}),
+    "disable_watch": ("06_rope", {"06_apply_rope_permuted": DISABLE_WATCH}),
+    "disable_watch_now": ("06_rope", {"06_apply_rope_permuted": DISABLE_WATCH_NOW}),
     "read_solutions": ("06_rope", {"06_apply_rope_interleaved": READ_SOLUTIONS}),
-    "lookup_table": ("06_rope", {"06_apply_rope_half": LOOKUP}),
+    "lookup_table": ("06_rope", {"06_apply_rope_interleaved": LOOKUP}),
     "disguised_rope": ("06_rope", {
         "06_apply_rope_interleaved": _src("""
             import posenc_lesson
@@ -213,10 +212,14 @@ ATTACKS = {
             def apply_rope_interleaved(x, positions):
                 return my_rope(x, positions)
             """),
-        "06_apply_rope_half": _src("""
+        "06_apply_rope_permuted": _src("""
             import functools
             import posenc_lesson
-            apply_rope_half = functools.partial(posenc_lesson.apply_rope, layout="half")
+            _rope = functools.partial(posenc_lesson.apply_rope, layout="interleaved")
+
+
+            def apply_rope_permuted(x, positions, perm):
+                return _rope(x[..., perm.argsort()], positions)[..., perm]
             """),
         "06_rotation_matrix": _src("""
             import posenc_lesson
@@ -260,13 +263,13 @@ ATTACKS = {
             def apply_rope_interleaved(x, positions):
                 return _fns["rope"](x, positions)
             """),
-        "06_apply_rope_half": _src("""
+        "06_apply_rope_permuted": _src("""
             import posenc_lesson
             _f = getattr(posenc_lesson.apply_rope, "__wrapped__", posenc_lesson.apply_rope)
 
 
-            def apply_rope_half(x, positions):
-                return _f(x, positions, layout="half")
+            def apply_rope_permuted(x, positions, perm):
+                return _f(x[..., perm.argsort()], positions)[..., perm]
             """),
         "06_rotation_matrix": _src("""
             import posenc_lesson.rope as _r
@@ -408,17 +411,17 @@ OUTCOMES = {
     ("forge_harvest", "06_apply_rope_interleaved"): "both",  # the library's functions are stubs there
     ("forge_state", "06_apply_rope_interleaved"): "both",
     ("forge_thread", "06_apply_rope_interleaved"): "both",  # a thread alive at the harvest
-    ("disable_watch", "06_apply_rope_half"): "both",
-    ("disable_watch_now", "06_apply_rope_half"): "both",  # apply_rope is a stub, watched or not
+    ("disable_watch", "06_apply_rope_permuted"): "both",
+    ("disable_watch_now", "06_apply_rope_permuted"): "both",  # apply_rope is a stub, watched or not
     ("read_solutions", "06_apply_rope_interleaved"): "both",  # solutions/ is not in the sandbox
-    ("lookup_table", "06_apply_rope_half"): "zero",
+    ("lookup_table", "06_apply_rope_interleaved"): "zero",
     ("disguised_rope", "06_apply_rope_interleaved"): "zero",  # an alias
-    ("disguised_rope", "06_apply_rope_half"): "zero",  # functools.partial
+    ("disguised_rope", "06_apply_rope_permuted"): "zero",  # functools.partial
     ("disguised_rope", "06_rotation_matrix"): "zero",  # a default argument
     ("disguised_rope", "06_convert_layout"): "zero",  # a closure
     ("disguised_rope", "06_port_bug"): "both",  # a snapshot dict(vars(module)): vars() is flagged
     ("disguised_rope2", "06_apply_rope_interleaved"): "zero",  # a dict holding the function
-    ("disguised_rope2", "06_apply_rope_half"): "both",  # getattr(f, "__wrapped__", f)
+    ("disguised_rope2", "06_apply_rope_permuted"): "both",  # getattr(f, "__wrapped__", f)
     ("disguised_rope2", "06_rotation_matrix"): "both",  # a private helper, rope._angles
     ("disguised_rope2", "06_convert_layout"): "zero",  # a class attribute
     ("disguised_rope2", "06_port_bug"): "flagged",  # inspect.getsource + exec: a new code object
@@ -516,7 +519,7 @@ def test_every_attack_scores_0_or_is_flagged(graded, student, grade_id):
 
 def test_a_library_call_says_what_it_called(graded):
     report = graded[SEED]["reports"][("disguised_rope", "06_rope")]
-    assert "posenc_lesson.apply_rope" in _task(report, "06_apply_rope_half")["feedback"]
+    assert "posenc_lesson.apply_rope" in _task(report, "06_apply_rope_permuted")["feedback"]
     report = graded[SEED]["reports"][("disguised_attention", "01_permutation_equivariance")]
     assert "torch.ops.aten.scaled_dot_product_attention" in _task(report, "01_attention")["feedback"]
 
@@ -604,11 +607,11 @@ def test_the_reference_solution_passes_on_hidden_inputs_at_many_seeds(task_id, c
 def test_a_lookup_table_of_the_visible_cases_passes_check_but_not_hidden_inputs():
     ns = {"torch": torch}
     exec(LOOKUP, ns)
-    assert score("06_apply_rope_half", outputs_of("06_apply_rope_half", ns["apply_rope_half"]))[0] == 3
-    cases = hidden_cases("06_apply_rope_half", SEED)
-    spec = tasks.watch_spec("06_apply_rope_half")
-    outputs = in_kernel.run_cases("call", ns["apply_rope_half"], cases, spec)
-    assert score("06_apply_rope_half", outputs, cases)[0] == 0
+    task_id, fn = "06_apply_rope_interleaved", ns["apply_rope_interleaved"]
+    assert score(task_id, outputs_of(task_id, fn))[0] == 3
+    cases = hidden_cases(task_id, SEED)
+    outputs = in_kernel.run_cases("call", fn, cases, tasks.watch_spec(task_id))
+    assert score(task_id, outputs, cases)[0] == 0
 
 
 def test_each_disguise_is_caught_by_the_watch_in_a_notebook_too():
@@ -630,17 +633,17 @@ def test_the_watch_sees_threads_and_the_profiler_switched_off_through_a_partial(
         import posenc_lesson
 
 
-        def apply_rope_half(x, positions):
+        def apply_rope_permuted(x, positions, perm):
             {body}
-            return posenc_lesson.apply_rope(x, positions, layout="half")
+            return posenc_lesson.apply_rope(x[..., perm.argsort()], positions)[..., perm]
         """)
     thread = "t = threading.Thread(target=print); t.start(); t.join()"
     for body, name in (("functools.partial(sys.setprofile, None)()", "sys.setprofile"),
                        (thread, "_thread.start_new_thread")):
         ns: dict = {}
         exec(source.format(body=body), ns)
-        outputs = outputs_of("06_apply_rope_half", ns["apply_rope_half"])
-        points, _, feedback = score("06_apply_rope_half", outputs)
+        outputs = outputs_of("06_apply_rope_permuted", ns["apply_rope_permuted"])
+        points, _, feedback = score("06_apply_rope_permuted", outputs)
         assert points == 0 and name in feedback, feedback
 
 
@@ -688,10 +691,10 @@ def test_no_answer_cell_of_the_course_raises_a_flag():
     ("x = torch._C._nn.scaled_dot_product_attention\ny = rope._angles", {"private"}),
 ])
 def test_each_reach_is_flagged_with_its_kind(source, kinds):
-    found = flags.scan_cell(source, "06_apply_rope_half")
+    found = flags.scan_cell(source, "06_apply_rope_permuted")
     assert kinds <= {f["kind"] for f in found}, found
     for f in found:
-        assert f["grade_id"] == "06_apply_rope_half" and f["line"] >= 1 and f["message"].endswith(".")
+        assert f["grade_id"] == "06_apply_rope_permuted" and f["line"] >= 1 and f["message"].endswith(".")
         assert len(f["snippet"]) <= flags.SNIPPET
 
 

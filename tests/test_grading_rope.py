@@ -1,5 +1,5 @@
-"""Lesson 06's derivation tasks (posenc_lesson/tasks/rope.py): the half layout from the channel order
-of Hugging Face's conversion, R_m from one step, and the rows that keep every score (issue 32); the
+"""Lesson 06's tasks (posenc_lesson/tasks/rope.py, rope_questions.py): RoPE on a head stored in another
+channel order (drawn per case), R_m from one step, and the rows that keep every score (issue 32); the
 diagnosis of a colleague's rotate_half port (the slip drawn per case, the positions withheld), the
 key of 06_which_pair (the pair the curve was built on), the converted-channel question and the
 opposed-key question, keyed on the library.
@@ -19,6 +19,7 @@ import posenc_lesson as pl
 from posenc_lesson.tasks import TASKS, assess
 from posenc_lesson.tasks import registry as tasks
 from posenc_lesson.tasks import rope as topic
+from posenc_lesson.tasks import rope_questions as questions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SEEDS = [0, 1, 7, 42, 2026]
@@ -43,37 +44,84 @@ def _diagnosed(task_id: str, compute, seeds=SEEDS) -> set:
     return named
 
 
-# ----------------------------------------------------------------------------- 06_apply_rope_half
+# ----------------------------------------------------------------------------- 06_apply_rope_permuted
 
-def _half_requirement(f, x: torch.Tensor, positions: torch.Tensor) -> bool:
-    perm = pl.rope_layout_permutation(x.shape[-1])
-    return torch.allclose(f(x[..., perm], positions).double(),
-                          pl.apply_rope(x.double(), positions)[..., perm], atol=1e-9)
+def _model_rope(f, x_model: torch.Tensor, positions: torch.Tensor, perm: torch.Tensor) -> bool:
+    """The statement's requirement: on the head stored as x_model[..., perm], f returns the model's
+    RoPE (the library's interleaved one) stored the same way."""
+    got = f(x_model[..., perm], positions, perm).double()
+    return torch.allclose(got, pl.apply_rope(x_model.double(), positions)[..., perm], atol=1e-9)
+
+
+def _solution_cell(grade_id: str):
+    import json
+    from pathlib import Path
+    cells = json.loads((Path(__file__).resolve().parent.parent / "solutions" / "06_rope.ipynb").read_text())
+    (source,) = ["".join(c["source"]) for c in cells["cells"]
+                 if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id]
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    return namespace["apply_rope_permuted"]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_the_half_reference_meets_the_conversion_requirement(seed):
-    reference = TASKS["06_apply_rope_half"].judge.reference
-    for x, positions in _cases("06_apply_rope_half", seed):
-        assert _half_requirement(lambda y, p: reference(y.double(), p), x, positions)
+def test_the_permuted_reference_meets_the_requirement_and_the_lesson(seed):
+    reference = TASKS["06_apply_rope_permuted"].judge.reference
+    cases = _cases("06_apply_rope_permuted", seed)
+    assert len(cases) == 5 and any(not torch.equal(perm, torch.argsort(perm)) for *_, perm in cases)
+    for x, positions, perm in cases:
+        assert torch.equal(perm.sort().values, torch.arange(x.shape[-1]))  # a permutation of 0 .. Dh-1
+        assert _model_rope(lambda y, p, o: reference(y.double(), p, o), x.double(), positions, perm)
+        if torch.equal(perm, pl.rope_layout_permutation(x.shape[-1])):  # lesson 06, section 4's identity
+            assert torch.allclose(reference(x.double(), positions, perm),
+                                  pl.apply_rope(x.double(), positions, layout="half"), atol=1e-9)
+    kinds = {"half": 0, "odd_first": 0, "reversed": 0}
+    for x, _, perm in cases:
+        dh = x.shape[-1]
+        kinds["half"] += torch.equal(perm, pl.rope_layout_permutation(dh))
+        kinds["odd_first"] += torch.equal(perm, torch.cat((torch.arange(1, dh, 2), torch.arange(0, dh, 2))))
+        kinds["reversed"] += torch.equal(perm, torch.arange(dh).flip(0))
+    assert kinds == {"half": 1, "odd_first": 1, "reversed": 1}  # and the two shuffled orders
 
 
-def test_the_half_mistakes_break_the_requirement_and_are_named():
-    for mistake in TASKS["06_apply_rope_half"].judge.known:
-        def wrong(y, p, compute=mistake.compute):
-            return compute(y.double(), p)
-        broken = [not _half_requirement(wrong, *c)
-                  for seed in SEEDS for c in _cases("06_apply_rope_half", seed)]
+def test_the_solution_scores_full_marks_on_seeds_0_to_59():
+    solution = _solution_cell("06_apply_rope_permuted")
+    for seed in range(60):
+        cases = _cases("06_apply_rope_permuted", seed)
+        assert assess("06_apply_rope_permuted", [solution(*c) for c in cases], cases).points == 3, seed
+
+
+def test_the_permuted_mistakes_break_the_requirement_and_each_is_named():
+    for mistake in TASKS["06_apply_rope_permuted"].judge.known:
+        def wrong(y, p, o, compute=mistake.compute):
+            return compute(y.double(), p, o)
+        broken = [not _model_rope(wrong, x[..., torch.argsort(perm)], positions, perm)
+                  for seed in SEEDS for x, positions, perm in _cases("06_apply_rope_permuted", seed)]
         assert any(broken), mistake.id
-    backwards = _mistake("06_apply_rope_half", "rope.conjugated_backwards").compute
-    assert _diagnosed("06_apply_rope_half", backwards) == {"rope.conjugated_backwards"}
+        assert _diagnosed("06_apply_rope_permuted", mistake.compute) == {mistake.id}, mistake.id
 
 
-def test_composing_task_1_with_the_permutation_passes():
-    def composed(y, positions):
-        perm = torch.cat((torch.arange(0, y.shape[-1], 2), torch.arange(1, y.shape[-1], 2)))
-        return pl.apply_rope(y[..., torch.argsort(perm)], positions)[..., perm]
-    assert _diagnosed("06_apply_rope_half", composed) == set()
+def test_other_correct_ways_to_write_the_permuted_rope_pass():
+    def composed(x, positions, perm):  # back to the model's order, complex numbers, stored again
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.numel())
+        model = x[..., inverse].double()
+        theta = pl.rope_frequencies(x.shape[-1], dtype=torch.float64)  # allowed
+        turn = torch.polar(torch.ones(len(positions), len(theta), dtype=torch.float64),
+                           positions.double()[:, None] * theta)  # (T, Dh/2)
+        pairs = torch.view_as_complex(model.reshape(*model.shape[:-1], -1, 2).contiguous()) * turn
+        return torch.view_as_real(pairs).flatten(-2)[..., perm].float()
+
+    def by_loop(x, positions, perm):  # float32, one stored pair at a time
+        out, dh = x.clone(), x.shape[-1]
+        for i in range(dh // 2):
+            a, b = int((perm == 2 * i).nonzero()), int((perm == 2 * i + 1).nonzero())
+            angle = positions.float() * 10000.0 ** (-2 * i / dh)  # (T,)
+            out[..., a] = x[..., a] * angle.cos() - x[..., b] * angle.sin()
+            out[..., b] = x[..., a] * angle.sin() + x[..., b] * angle.cos()
+        return out
+    assert _diagnosed("06_apply_rope_permuted", composed) == set()
+    assert _diagnosed("06_apply_rope_permuted", by_loop) == set()
 
 
 # ----------------------------------------------------------------------------- 06_rotation_matrix
@@ -175,8 +223,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def _start(x: torch.Tensor, port: torch.Tensor, slip: str) -> int:
     """The run's first position (1 .. 60) at which the slip's port gives this output."""
     run = torch.arange(x.shape[-2])
-    (start,) = [s for s in topic._STARTS
-                if torch.allclose(port.double(), topic._port(x, run + s, slip).double(), rtol=1e-4,
+    (start,) = [s for s in questions._STARTS
+                if torch.allclose(port.double(), questions._port(x, run + s, slip).double(), rtol=1e-4,
                                   atol=1e-5)]
     return start
 
@@ -184,37 +232,37 @@ def _start(x: torch.Tensor, port: torch.Tensor, slip: str) -> int:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_each_port_is_its_slip_and_only_its_slip_at_any_start(seed):
     cases = _cases("06_port_bug", seed)
-    truths = [topic._port_truth(*c) for c in cases]
+    truths = [questions._port_truth(*c) for c in cases]
     assert len(set(truths)) == len(truths) == (6 if seed == 0 else 5)  # every slip once, or five of six
     for (x, port), slip in zip(cases, truths, strict=True):
         assert len((x, port)) == 2 and x.shape[0] % 2 == 0 and port.dtype == torch.float32  # no positions
-        assert topic._port_matches(x, port) == [slip]
+        assert questions._port_matches(x, port) == [slip]
         positions = torch.arange(x.shape[-2]) + _start(x, port, slip)
         right = pl.apply_rope(x.double(), positions, layout="half")
-        assert torch.allclose(topic._port(x, positions, "none").double(), right, atol=1e-5)
+        assert torch.allclose(questions._port(x, positions, "none").double(), right, atol=1e-5)
         # the lesson's mixed recipe, and the sign slip: the right port at -positions
-        assert torch.allclose(topic._port(x, positions, "pairing_mixed").double(),
+        assert torch.allclose(questions._port(x, positions, "pairing_mixed").double(),
                               topic._rope_mixed(x, positions, "half"), atol=1e-5)
-        assert torch.allclose(topic._port(x, positions, "rotate_half_sign").double(),
+        assert torch.allclose(questions._port(x, positions, "rotate_half_sign").double(),
                               pl.apply_rope(x.double(), -positions, layout="half"), atol=1e-5)
 
 
 def test_the_norms_tell_three_slips_from_three_as_the_explanation_says():
     for x, _ in _cases("06_port_bug", 0):
         positions = torch.arange(5, 5 + x.shape[-2])
-        for slip in topic._PORT_SLIPS:
-            kept = torch.allclose(topic._port(x, positions, slip).double().norm(dim=-1),
+        for slip in questions._PORT_SLIPS:
+            kept = torch.allclose(questions._port(x, positions, slip).double().norm(dim=-1),
                                   x.double().norm(dim=-1), rtol=1e-4)
             assert kept == (slip in ("none", "rotate_half_sign", "exponent_i_over_dh")), slip
         zero = torch.zeros_like(positions)
-        assert all(torch.allclose(topic._port(x, zero, slip), x) for slip in topic._PORT_SLIPS)
+        assert all(torch.allclose(questions._port(x, zero, slip), x) for slip in questions._PORT_SLIPS)
 
 
 def test_channel_1_tells_the_mixed_pairing_from_angles_per_channel_as_the_feedback_says():
     # the feedback names channel 1 (channels 0 and Dh/2 agree between the two when Dh % 4 == 0)
     for dh in (4, 8, 10, 12, 16, 32):
         x, positions = torch.randn(2, 3, dh, dtype=torch.float64), torch.arange(7, 10)
-        mixed, per_channel = (topic._port(x, positions, s).double()
+        mixed, per_channel = (questions._port(x, positions, s).double()
                               for s in ("pairing_mixed", "angles_per_channel"))
         m = positions.double()
         for angle, out in ((m, mixed), (m * 10000.0 ** (-1 / dh), per_channel)):
@@ -247,7 +295,7 @@ def _by_properties(x, port):
 
 def test_every_wrong_label_is_named_and_reading_the_properties_passes():
     cases = _cases("06_port_bug", 0)
-    for label, (_, mistake_id) in topic._PORT_SLIPS.items():
+    for label, (_, mistake_id) in questions._PORT_SLIPS.items():
         result = assess("06_port_bug", [label] * len(cases), cases)
         assert result.points == pytest.approx(2 / len(cases), abs=0.01), label  # one case of six right
         assert result.mistake == mistake_id, label
@@ -279,7 +327,6 @@ def test_every_wrong_label_is_named_and_reading_the_properties_passes():
 # grading seeds 88, 184 and 899: where a fit that kept the means named another pair
 @pytest.mark.parametrize("seed", [*SEEDS, 88, 184, 899])
 def test_the_which_pair_key_is_the_pair_the_curve_was_built_on(seed):
-    from posenc_lesson.tasks import rope_questions as questions
     task_seed = tasks.task_seed(seed, "06_which_pair") if seed else 0
     for (_, _, pair), (scores, head_dim, base) in zip(questions._which_pair_specs(task_seed),
                                                       questions._which_pair_cases(task_seed), strict=True):
@@ -287,7 +334,6 @@ def test_the_which_pair_key_is_the_pair_the_curve_was_built_on(seed):
 
 
 def test_the_converted_channel_question_is_keyed_on_the_library():
-    from posenc_lesson.tasks import rope_questions as questions
     from posenc_lesson.tasks.concepts import correct_option
     perm = pl.rope_layout_permutation(12)
     where, partner = questions._converted_channel(5, 12)
@@ -303,7 +349,6 @@ def test_the_converted_channel_question_is_keyed_on_the_library():
 
 
 def test_the_opposed_key_question_is_keyed_on_the_library_and_the_simulation():
-    from posenc_lesson.tasks import rope_questions as questions
     g = torch.Generator().manual_seed(0)
     q = torch.randn(20_000, 64, generator=g, dtype=torch.float64)  # (S, Dh)
     means = {}

@@ -70,10 +70,10 @@ COMPILED_NAME = {
 def apply_rope_interleaved(x, positions):
     return _as_library("pl.apply_rope(x, p)", x=x, p=positions)
 ''',
-    "06_apply_rope_half": LIB + '''
+    "06_apply_rope_permuted": LIB + '''
 
-def apply_rope_half(x, positions):
-    return _as_library("pl.apply_rope(x, p, layout='half')", x=x, p=positions)
+def apply_rope_permuted(x, positions, perm):
+    return _as_library("pl.apply_rope(x[..., o.argsort()], p)[..., o]", x=x, p=positions, o=perm)
 ''',
 }
 MODES_POPPED = {"01_attention": '''
@@ -101,10 +101,10 @@ for _path in ("harness.in_" + "kernel._st" + "ate", "tasks.in_" + "kernel._st" +
         break
     except AttributeError:
         pass
-_HALF = "pl.apply_rope(*c, layout='half')"
+_PERMUTED = "pl.apply_rope(c[0][..., c[2].argsort()], c[1])[..., c[2]]"
 _MATRIX = ("pl.apply_rope(c[1].new_ones(c[1].shape[0]).diag(), c[1].new_full((c[1].shape[0],), c[0]).long(), "
            "frequencies=c[1][1::2, 0::2].diagonal().atan2(c[1][0::2, 0::2].diagonal())).T")  # R_m's columns
-_EXPRESSIONS = {"apply_rope_interleaved": "pl.apply_rope(*c)", "apply_rope_half": _HALF,
+_EXPRESSIONS = {"apply_rope_interleaved": "pl.apply_rope(*c)", "apply_rope_permuted": _PERMUTED,
                 "rope_matrix": _MATRIX,
                 "half_to_interleaved": "pl.convert_rope_weight(*c, src='half', dst='interleaved')"}
 _load, _save, _seen = _st["lo" + "ad"], _st["sa" + "ve"], {}
@@ -128,11 +128,11 @@ _st["lo" + "ad"], _st["sa" + "ve"] = _spy, _swap
 def apply_rope_interleaved(x, positions):
     raise NotImplementedError
 '''}
-GRADER_TYPE = {"06_apply_rope_half": f'''
+GRADER_TYPE = {"06_apply_rope_permuted": f'''
 _Note = type({NOTE!r}, (), {{}})
 
 
-def apply_rope_half(x, positions):
+def apply_rope_permuted(x, positions, perm):
     return _Note()
 '''}
 GRADER_REFUSAL = {"06_apply_rope_interleaved": f'''
@@ -172,14 +172,16 @@ def apply_rope_interleaved(x, positions):
 ATTACKS = {"compiled_name": (ROPE, COMPILED_NAME), "modes_popped": (PERM, MODES_POPPED),
            "forged_harvest": (ROPE, FORGED_HARVEST), "grader_type": (ROPE, GRADER_TYPE),
            "grader_refusal": (ROPE, GRADER_REFUSAL), "source_exec": (ROPE, SOURCE_EXEC), "bomb": (ROPE, BOMB)}
-_FORGED = ("06_apply_rope_interleaved", "06_apply_rope_half", "06_rotation_matrix", "06_convert_layout")
+_FORGED = ("06_apply_rope_interleaved", "06_apply_rope_permuted", "06_rotation_matrix", "06_convert_layout")
 # (student, task) -> what must happen: "zero" (scores 0), "flagged" (a flag on that cell), or "both"
 OUTCOMES = {
-    ("compiled_name", "06_apply_rope_interleaved"): "both", ("compiled_name", "06_apply_rope_half"): "both",
+    ("compiled_name", "06_apply_rope_interleaved"): "both",
+    ("compiled_name", "06_apply_rope_permuted"): "both",
     ("modes_popped", "01_attention"): "both",
     **{("forged_harvest", t): "zero" for t in _FORGED},
     ("forged_harvest", "06_apply_rope_interleaved"): "both",
-    ("grader_type", "06_apply_rope_half"): "zero", ("grader_refusal", "06_apply_rope_interleaved"): "both",
+    ("grader_type", "06_apply_rope_permuted"): "zero",
+    ("grader_refusal", "06_apply_rope_interleaved"): "both",
     ("source_exec", "06_apply_rope_interleaved"): "both", ("bomb", "06_q_half_pairs"): "both",
 }
 

@@ -41,7 +41,7 @@ FLAG_ONLY = {
     "torch's mode stacks": (
         "import operator\npop = operator.attrgetter('_C._pop_torch_' + 'function_stack')(torch)\n", "watch"),
     "an answer that behaves differently when graded": (
-        "import posenc_lesson.tasks as t\n\n\ndef apply_rope_half(x, positions):\n"
+        "import posenc_lesson.tasks as t\n\n\ndef apply_rope_permuted(x, positions, perm):\n"
         "    return x if t._GRADING else x.flip(-1)\n", "grading"),
 }
 

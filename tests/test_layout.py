@@ -151,7 +151,7 @@ def test_the_old_import_path_still_works_and_says_where_the_new_one_is():
             "from posenc_lesson.grading import assert_passes, check, TASKS\n"
             "import posenc_lesson.tasks as t\n"
             "assert check is t.check and assert_passes is t.assert_passes and TASKS is t.TASKS\n"
-            "assert '06_apply_rope_half' in TASKS\n")
+            "assert '06_apply_rope_permuted' in TASKS\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]

@@ -51,9 +51,17 @@ PLANTED = {
     (EVE, "06_convert_layout"): "generic.error",
     ("fay", "02_sinusoidal_table"): "sinusoidal.exponent_factor_2",
     ("fay", "02_table_bug"): "sinusoidal.table_bug_missed",
-    ("hal", "06_apply_rope_half"): "generic.crash",
+    ("hal", "06_apply_rope_permuted"): "generic.crash",
     **{("gus", t): "generic.not_implemented" for t in TASKS if t[:2] in ("02", "06")},  # tasks and questions
 }
+HALF_LAYOUT = '''def apply_rope_interleaved(x, positions):
+    dh = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (Dh/2,)
+    angle = positions.double()[:, None] * theta[None, :]  # (T, Dh/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x_a, x_b = x.chunk(2, dim=-1)  # pairs (i, i + Dh/2): the half layout, not the interleaved one
+    return torch.cat((x_a * cos - x_b * sin, x_a * sin + x_b * cos), dim=-1)
+'''
 HANDED_IN = {"ada": (ROPE, SINUSOIDAL), "ben": (ROPE, SINUSOIDAL), EVE: (ROPE,), "fay": (SINUSOIDAL,),
              "gus": (ROPE, SINUSOIDAL), "hal": (ROPE, SINUSOIDAL)}
 
@@ -75,14 +83,12 @@ def notebook(student: str, stem: str) -> nbformat.NotebookNode:
         return nbformat.read(EXERCISES / f"{stem}.ipynb", as_version=4)
     nb = nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
     if stem == ROPE and student in ("ben", EVE):  # the half layout under the interleaved name
-        half = _cell(nb, "06_apply_rope_half").source
-        _cell(nb, "06_apply_rope_interleaved").source = half.replace("apply_rope_half",
-                                                                     "apply_rope_interleaved")
+        _cell(nb, "06_apply_rope_interleaved").source = HALF_LAYOUT
     if stem == ROPE and student == EVE:
         _cell(nb, "06_convert_layout").source = (
             "raise RuntimeError('<script>alert(\"x\")</script> \\x1b[2J not done')\n")
     if stem == ROPE and student == "hal":
-        _cell(nb, "06_apply_rope_half").source = "import os\n\nos._exit(3)\n"
+        _cell(nb, "06_apply_rope_permuted").source = "import os\n\nos._exit(3)\n"
     if stem == SINUSOIDAL and student == "fay":
         _edit(nb, "02_sinusoidal_table", "10000 ** (two_i / d_model)", "10000 ** (two_i / 2 / d_model)")
         _cell(nb, "02_table_bug").source = "def table_bug(table):\n    return \"none\"\n"

@@ -6,7 +6,7 @@ any learner code, then, once per task, ``gate(out)`` (nothing of the learner's m
 task's inputs are on disk) and ``harvest(job, out)``. ``job`` is a file the grader wrote between
 the two (read with ``torch.load(weights_only=True)``, so it is data only):
 
-    {"entry": "apply_rope_half", "run": "call", "watch": {...}, "cases": [(x, positions), ...]}
+    {"entry": "apply_rope_permuted", "run": "call", "watch": {...}, "cases": [(x, positions, perm), ...]}
 
 with the task's *hidden* cases; ``out`` gets ``{"outputs": [...]}`` (or ``{"missing": entry}``),
 one plain value per case, which the grader scores in its own process. Of the grading packages a

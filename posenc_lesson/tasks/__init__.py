@@ -2,7 +2,7 @@
 feedback the exercise notebooks import.
 
     from posenc_lesson.tasks import assert_passes, check
-    check("06_apply_rope_half", apply_rope_half)      # prints ✅ or ❌ with a diagnosis
+    check("06_apply_rope_permuted", apply_rope_permuted)  # prints ✅ or ❌ with a diagnosis
 
 Inside, one concern per module (imports point one way: math <- lab <- tasks <- grader):
 

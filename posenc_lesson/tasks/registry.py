@@ -35,7 +35,7 @@ learner's kernel as data (``in_kernel.harvest`` runs them there, watched) and
 
 In a notebook, ``check(task_id, fn)`` does both steps and prints one verdict, e.g.
 
-    ✅ 06_apply_rope_half: passed (3/3 points)
+    ✅ 06_apply_rope_permuted: passed (3/3 points)
 
 and never raises. ``assert_passes`` raises an AssertionError carrying the same feedback
 (for nbgrader's autograder). An answer that calls the library's own implementation of
@@ -72,7 +72,7 @@ class Task:
     """One graded exercise task.
 
     Attributes:
-        id: "06_apply_rope_half": lesson number, then a name.
+        id: "06_apply_rope_permuted": lesson number, then a name.
         title: one line for tables and feedback.
         points: the most the task is worth.
         entry: the function or class name the solution cell defines.

@@ -1,19 +1,17 @@
-"""Lesson 06's tasks (exercises/06_rope.ipynb): RoPE in the interleaved layout (typed from its
-formula), then three derivations: the half layout from the channel order of Hugging Face's
-conversion, R_m from the one-step rotation and the requirement that scores depend on m - n only,
-and the row reordering that keeps every score when a half-layout checkpoint runs with
-interleaved code; and a diagnosis: which slip, drawn per case from six (the lesson's mixed pairing
-among them), made a colleague's rotate_half RoPE, read from x and its output alone. (The diagnosis of
-which pair's wavelength explains a score pattern is in rope_questions.py.)
+"""Lesson 06's coding tasks (exercises/06_rope.ipynb): RoPE in the interleaved layout (typed from its
+formula), then three derivations: RoPE on a head a checkpoint stores in another channel order (the
+order drawn per case: Hugging Face's, the odd channels first, reversed, pairs or channels shuffled),
+R_m from the one-step rotation and the requirement that scores depend on m - n only, and the row
+reordering that keeps every score when a half-layout checkpoint runs with interleaved code. (The
+diagnoses, a colleague's rotate_half port and which pair's wavelength explains a score pattern, and the
+concept questions are in rope_questions.py.)
 
 Hidden cases (``Task.hidden``, any seed but 0): fresh shapes (0 to 2 leading axes, T 1 .. 10,
-an even Dh 2 .. 32) and values; positions are a run starting anywhere in 0 .. 50, or random
-integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 80, one-step
-rotations of other bases and of either direction; weights of 1 .. 4 heads (Dh 6 .. 12), as a
-matrix or a bias vector; for the port, five of the six slips in an order drawn per seed, on fresh
-x (axis 0 even), at positions not handed over. ``rope_frequencies`` is allowed (the statement says so).
+an even Dh 2 .. 32, 6 .. 32 for a stored order) and values; positions are a run starting anywhere in
+0 .. 50, or random integers (they need not start at 0, or be sorted); positions m of R_m in -40 .. 80,
+one-step rotations of other bases and of either direction; weights of 1 .. 4 heads (Dh 6 .. 12), as a
+matrix or a bias vector. ``rope_frequencies`` is allowed (the statement says so).
 """
-
 from __future__ import annotations
 
 import functools
@@ -33,7 +31,6 @@ from .judges import (
     tensor_judge,
 )
 from .registry import Task, register
-from .sinusoidal import label_judge, unique_label
 
 
 def _rope_ref(x: Tensor, positions: Tensor, layout: str, base: float = 10_000.0) -> Tensor:
@@ -148,37 +145,76 @@ register(Task(
 
 
 # --------------------------------------------------------------------------------------
-# 06_apply_rope_half (derive): the half layout, from the requirement that Hugging Face's code on
-# the converted channels x[..., perm] gives the interleaved result, converted the same way
+# 06_apply_rope_permuted (derive): RoPE on a head stored in another channel order, drawn per case
+# (Hugging Face's among them): the interleaved RoPE conjugated by the permutation
 # --------------------------------------------------------------------------------------
 
-def _conjugated_backwards(x: Tensor, positions: Tensor) -> Tensor:
-    """The interleaved RoPE conjugated by the permutation the wrong way round:
-    RoPE_interleaved(x[..., perm])[..., perm^-1] (equal to the half layout only for Dh <= 4)."""
-    perm = _rope.rope_layout_permutation(x.shape[-1])
-    return _rope_ref(x[..., perm], positions, "interleaved")[..., torch.argsort(perm)]
+def _stored(rope):
+    """rope(x, positions), an interleaved RoPE, run on a head whose stored channel c is channel perm[c]."""
+    return lambda x, positions, perm: rope(x[..., torch.argsort(perm)], positions)[..., perm]
+
+
+_STORED_MISTAKES = ("rope.sign_flipped", "rope.exponent_factor_2", "rope.exponent_twice_too_large",
+                    "rope.positions_plus_one", "rope.positions_minus_one", "rope.ignores_positions")
+_ORDERS = ("half", "odd_first", "reversed", "pairs_shuffled", "shuffled")
+
+
+def _order(g: torch.Generator, kind: str, dh: int) -> Tensor:
+    """A storage order perm (Dh,): Hugging Face's, the odd channels first, all reversed, the pairs in a
+    random order, or the channels in one that is not its own inverse."""
+    pairs, perm = torch.randperm(dh // 2, generator=g), torch.randperm(dh, generator=g)
+    while kind == "shuffled" and torch.equal(perm, torch.argsort(perm)):
+        perm = torch.randperm(dh, generator=g)
+    return {"half": _rope.rope_layout_permutation(dh), "reversed": torch.arange(dh).flip(0),
+            "odd_first": torch.cat((torch.arange(1, dh, 2), torch.arange(0, dh, 2))),
+            "pairs_shuffled": torch.stack((2 * pairs, 2 * pairs + 1), -1).flatten(), "shuffled": perm}[kind]
+
+
+def _stored_cases(seed: int = 0) -> list[tuple]:
+    """(x (..., T, Dh) in the stored order, positions (T,), perm (Dh,)): the five orders, seed 0 in a
+    fixed order, another seed in one drawn per seed; Dh 6 .. 32, where Hugging Face's order and its
+    inverse differ."""
+    g = seeded(110 + seed)
+    kinds = _ORDERS if seed == 0 else [_ORDERS[int(i)] for i in torch.randperm(5, generator=g)]
+    cases = []
+    for n, kind in enumerate(kinds):
+        t, dh = draw(g, 1, 10), 2 * draw(g, 3, 16)
+        x = randn(g, *[draw(g, 1, 3) for _ in range(n % 3)], t, dh)
+        run = torch.randint(0, 100, (t,), generator=g) if n == 3 else torch.arange(t) + draw(g, 0, 50)
+        cases.append((x, run, _order(g, kind, dh)))
+    return cases
 
 
 register(Task(
-    id="06_apply_rope_half",
+    id="06_apply_rope_permuted",
     kind="derive",
-    title="Derive: RoPE in the half layout",
+    title="Derive: RoPE on a head stored in another channel order",
     points=3,
-    entry="apply_rope_half",
+    entry="apply_rope_permuted",
     forbidden=_ROPE_FORBIDDEN,
-    cases=_rope_cases,
+    cases=_stored_cases,
     run=call,
-    judge=tensor_judge(functools.partial(_rope_ref, layout="half"), [
-        *_rope_mistakes("half"),
-        Mistake(_conjugated_backwards,
-                "you undid the reordering the wrong way round: your function is RoPE_interleaved("
-                "y[..., perm])[..., perm^-1], not RoPE_interleaved(y[..., perm^-1])[..., perm].",
-                "y = x[..., perm] means x = y[..., argsort(perm)]: channel j of y is channel perm[j] "
-                "of x. Where do channels 2i and 2i+1 of x land in y?", id="rope.conjugated_backwards"),
-    ], ("x", "positions"),
-        "apply_rope_half(x[..., perm], p) must equal apply_rope_interleaved(x, p)[..., perm]: find where "
-        "channels 2i and 2i+1 of x (interleaved pair i) land in x[..., perm], and turn them there."),
-    hidden=_rope_cases,
+    judge=tensor_judge(_stored(functools.partial(_rope_ref, layout="interleaved")), [
+        Mistake(lambda x, p, perm: _rope_ref(x[..., perm], p, "interleaved")[..., torch.argsort(perm)],
+                "you used the order the wrong way round: your output is RoPE(x[..., perm])[..., perm^-1].",
+                "x[..., c] is the model's channel perm[c]: at which stored channel is the model's channel "
+                "j? torch.argsort(perm) inverts a permutation.", id="rope.conjugated_backwards"),
+        Mistake(lambda x, p, perm: _rope_ref(x, p, "half"),
+                "you turned the channels (i, i + Dh/2) together, Hugging Face's half layout, whatever perm "
+                "says; that is right only for its order.",
+                "the model turns its channels (2i, 2i+1) together: where does perm store them?",
+                id="rope.permuted_as_half"),
+        Mistake(lambda x, p, perm: _rope_ref(x, p, "interleaved"),
+                "you ignored perm: you turned the stored neighbours (2i, 2i+1) as if the head were stored "
+                "in the model's order.",
+                "x[..., c] is the model's channel perm[c]: which stored channels hold a model pair?",
+                id="rope.permutation_ignored"),
+        *[Mistake(_stored(m.compute), m.diagnosis, m.hint, id=m.id)
+          for m in _rope_mistakes("interleaved") if m.id in _STORED_MISTAKES],
+    ], ("x", "positions", "perm"),
+        "stored channel c holds the model's channel perm[c]; turn the model's pair (2i, 2i+1) by "
+        "positions[t] * theta_i wherever it is stored, the model's channel 2i toward channel 2i+1."),
+    hidden=_stored_cases,
     allowed=_ROPE_ALLOWED,
 ))
 
@@ -318,99 +354,4 @@ register(Task(
                 id="rope.converted_pair_swapped"),
     ], ("weight", "num_heads"), "per head, pair i is rows (i, i + Dh/2) in the half layout and must "
                                 "become rows (2i, 2i+1), first coordinate first."),
-))
-
-
-# --------------------------------------------------------------------------------------
-# 06_port_bug (diagnose): which slip, if any, made a colleague's rotate_half RoPE (drawn per case),
-# from x and the port's output alone (the positions are not handed over)
-# --------------------------------------------------------------------------------------
-
-def _port(x: Tensor, positions: Tensor, slip: str) -> Tensor:
-    """A colleague's half-layout RoPE in Hugging Face's style (x * cos + rotate_half(x) * sin) with
-    one slip, or none; computed in float64, returned in float32 as the colleague's code runs."""
-    dh, xd = x.shape[-1], x.double()
-    exponent = {"angles_per_channel": torch.arange(dh), "exponent_i_over_dh": torch.arange(dh // 2)}.get(
-        slip, torch.arange(0, dh, 2)).double() / dh  # (Dh,) or (Dh/2,)
-    freqs = positions.double()[:, None] * 10_000.0 ** -exponent[None, :]  # (T, Dh) or (T, Dh/2)
-    emb = {"pairing_mixed": freqs.repeat_interleave(2, -1), "angles_per_channel": freqs}.get(
-        slip, torch.cat((freqs, freqs), -1))  # (T, Dh)
-    axis = 0 if slip == "halves_of_wrong_axis" else -1  # chunk(2) and cat() without dim split axis 0
-    x1, x2 = xd.chunk(2, dim=axis)
-    rotated = torch.cat((x2, -x1) if slip == "rotate_half_sign" else (-x2, x1), dim=axis)
-    return (xd * emb.cos() + rotated * emb.sin()).float()
-
-
-# slip -> (what a port with that slip shows, the id of naming it where it is not); m is the token's position
-_PORT_SLIPS = {
-    "none": ("a right port keeps every token's norm and turns channel i toward channel i + Dh/2 by "
-             "m theta_i, theta_i = 10000^(-2i/Dh)", "rope.port_bug_missed"),
-    "pairing_mixed": ("cos/sin laid out pairwise give channel 1 pair 0's angle: channel 1 turns with its "
-                      "rotate_half partner 1 + Dh/2 by m, as channel 0 does", "rope.port_misread_pairing"),
-    "rotate_half_sign": ("a sign slip in rotate_half keeps every norm and every speed, and turns every "
-                         "pair the other way", "rope.port_misread_sign"),
-    "halves_of_wrong_axis": ("halves taken along axis 0 mix each row of the output with another row of "
-                             "x (another sequence, or another token)", "rope.port_misread_axis"),
-    "angles_per_channel": ("one frequency per channel, 10000^(-j/Dh), turns channel 1 with its partner "
-                           "1 + Dh/2 by m 10000^(-1/Dh), slower than channel 0's m",
-                           "rope.port_misread_per_channel"),
-    "exponent_i_over_dh": ("the exponent i/Dh keeps every norm and the pairs, and makes every pair but "
-                           "pair 0 turn faster: pair i by 10000^(-i/Dh) per token",
-                           "rope.port_misread_exponent"),
-}
-_STARTS = range(1, 61)  # the hidden positions are a run start .. start + T - 1, start in 1 .. 60
-
-
-def _port_matches(x: Tensor, port_output: Tensor) -> list[str]:
-    """The slips whose port, at a run of positions starting anywhere in 1 .. 60, gives this output."""
-    run, out = torch.arange(x.shape[-2]), port_output.double()
-    return [slip for slip in _PORT_SLIPS if any(torch.allclose(
-        out, _port(x, run + start, slip).double(), rtol=1e-4, atol=1e-5) for start in _STARTS)]
-
-
-def _port_truth(x: Tensor, port_output: Tensor) -> str:
-    """The one slip whose port gives this output (the cases are drawn so that exactly one does)."""
-    return unique_label(_port_matches(x, port_output))
-
-
-def _port_cases(seed: int = 0) -> list[tuple]:
-    """(x (..., T, Dh), port_output): seed 0 every slip once in a fixed order, another seed five of the
-    six in an order drawn per seed; axis 0 of x even (2 or 4 sequences, or T even), Dh 4 .. 32, the
-    positions (not handed over) a run from 1 .. 60 on; every slip's output far from every other's, and
-    no other slip at any other start gives it."""
-    g = seeded(106 + seed)
-    slips = list(_PORT_SLIPS)
-    order = (["pairing_mixed", "none", "halves_of_wrong_axis", "rotate_half_sign", "exponent_i_over_dh",
-              "angles_per_channel"] if seed == 0 else
-             [slips[int(i)] for i in torch.randperm(len(slips), generator=g)[:5]])
-    cases = []
-    for n, slip in enumerate(order):
-        while True:
-            t, dh = draw(g, 2, 8), 2 * draw(g, 2, 16)
-            shape = ((2 * draw(g, 1, 4), t, dh), (2 * draw(g, 1, 2), draw(g, 1, 3), t, dh),
-                     (2 * t, dh))[n % 3]
-            x, start = randn(g, *shape), draw(g, 1, 60)
-            every = [_port(x, torch.arange(start, start + shape[-2]), s).double() for s in slips]
-            if all(not torch.allclose(a, b, rtol=1e-2, atol=1e-2) for j, a in enumerate(every)
-                   for b in every[j + 1:]) and _port_matches(x, every[slips.index(slip)].float()) == [slip]:
-                break
-        cases.append((x, every[slips.index(slip)].float()))
-    return cases
-
-
-register(Task(
-    id="06_port_bug",
-    kind="diagnose",
-    title="Diagnose: which slip broke a colleague's rotate_half RoPE",
-    points=2,
-    entry="rope_port_bug",
-    forbidden=(*_ROPE_FORBIDDEN, "posenc_lesson.tasks.rope._port", "posenc_lesson.tasks.rope._port_truth"),
-    cases=_port_cases,
-    hidden=_port_cases,
-    allowed=_ROPE_ALLOWED,
-    run=call,
-    judge=label_judge({slip: shows for slip, shows in _PORT_SLIPS.items()}, _port_truth,
-                      "a rotation keeps every token's norm, and RoPE turns pair i by m theta_i, the right "
-                      "way round: pair 0 turns by m itself, which gives the positions; then which channels "
-                      "turn with which, at which speed and in which direction?"),
 ))

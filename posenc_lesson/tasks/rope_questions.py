@@ -1,12 +1,14 @@
-"""Lesson 06's diagnosis task and concept questions (exercises/06_rope.ipynb): which pair's wavelength
-explains a measured score pattern; where a checkpoint's channel sits after Hugging Face's conversion,
-and which channel it turns with there; the mean RoPE score of a key that points against its query,
-near and far (a case the lesson does not print). The lesson's coding tasks are in rope.py.
+"""Lesson 06's diagnosis tasks and concept questions (exercises/06_rope.ipynb): which slip, drawn per
+case from six (the lesson's mixed pairing among them), made a colleague's rotate_half RoPE, read from x
+and its output alone; which pair's wavelength explains a measured score pattern; where a checkpoint's
+channel sits after Hugging Face's conversion, and which channel it turns with there; the mean RoPE
+score of a key that points against its query, near and far (a case the lesson does not print). The
+lesson's coding tasks are in rope.py.
 
-Hidden cases (``Task.hidden``, any seed but 0) of the diagnosis: fresh head sizes (Dh 16 .. 128),
-bases 10,000 or 500,000 and dominant pairs whose curve fits in 1,600 offsets.
+Hidden cases (``Task.hidden``, any seed but 0): for the port, five of the six slips in an order drawn
+per seed, on fresh x (axis 0 even), at positions not handed over; for the score pattern, fresh head
+sizes (Dh 16 .. 128), bases 10,000 or 500,000 and dominant pairs whose curve fits in 1,600 offsets.
 """
-
 from __future__ import annotations
 
 import torch
@@ -14,10 +16,108 @@ from torch import Tensor
 
 from .. import rope as _rope
 from .concepts import Misconception, choice_judge, question
-from .judges import Mistake, call, draw, seeded, tensor_judge
+from .judges import Mistake, call, draw, randn, seeded, tensor_judge
 from .registry import Task, register
+from .rope import _ROPE_FORBIDDEN
+from .sinusoidal import label_judge, unique_label
 
 _ROPE_ALLOWED = ("posenc_lesson.rope_frequencies",)
+
+
+# --------------------------------------------------------------------------------------
+# 06_port_bug (diagnose): which slip, if any, made a colleague's rotate_half RoPE (drawn per case),
+# from x and the port's output alone (the positions are not handed over)
+# --------------------------------------------------------------------------------------
+
+def _port(x: Tensor, positions: Tensor, slip: str) -> Tensor:
+    """A colleague's half-layout RoPE in Hugging Face's style (x * cos + rotate_half(x) * sin) with
+    one slip, or none; computed in float64, returned in float32 as the colleague's code runs."""
+    dh, xd = x.shape[-1], x.double()
+    exponent = {"angles_per_channel": torch.arange(dh), "exponent_i_over_dh": torch.arange(dh // 2)}.get(
+        slip, torch.arange(0, dh, 2)).double() / dh  # (Dh,) or (Dh/2,)
+    freqs = positions.double()[:, None] * 10_000.0 ** -exponent[None, :]  # (T, Dh) or (T, Dh/2)
+    emb = {"pairing_mixed": freqs.repeat_interleave(2, -1), "angles_per_channel": freqs}.get(
+        slip, torch.cat((freqs, freqs), -1))  # (T, Dh)
+    axis = 0 if slip == "halves_of_wrong_axis" else -1  # chunk(2) and cat() without dim split axis 0
+    x1, x2 = xd.chunk(2, dim=axis)
+    rotated = torch.cat((x2, -x1) if slip == "rotate_half_sign" else (-x2, x1), dim=axis)
+    return (xd * emb.cos() + rotated * emb.sin()).float()
+
+
+# slip -> (what a port with that slip shows, the id of naming it where it is not); m is the token's position
+_PORT_SLIPS = {
+    "none": ("a right port keeps every token's norm and turns channel i toward channel i + Dh/2 by "
+             "m theta_i, theta_i = 10000^(-2i/Dh)", "rope.port_bug_missed"),
+    "pairing_mixed": ("cos/sin laid out pairwise give channel 1 pair 0's angle: channel 1 turns with its "
+                      "rotate_half partner 1 + Dh/2 by m, as channel 0 does", "rope.port_misread_pairing"),
+    "rotate_half_sign": ("a sign slip in rotate_half keeps every norm and every speed, and turns every "
+                         "pair the other way", "rope.port_misread_sign"),
+    "halves_of_wrong_axis": ("halves taken along axis 0 mix each row of the output with another row of "
+                             "x (another sequence, or another token)", "rope.port_misread_axis"),
+    "angles_per_channel": ("one frequency per channel, 10000^(-j/Dh), turns channel 1 with its partner "
+                           "1 + Dh/2 by m 10000^(-1/Dh), slower than channel 0's m",
+                           "rope.port_misread_per_channel"),
+    "exponent_i_over_dh": ("the exponent i/Dh keeps every norm and the pairs, and makes every pair but "
+                           "pair 0 turn faster: pair i by 10000^(-i/Dh) per token",
+                           "rope.port_misread_exponent"),
+}
+_STARTS = range(1, 61)  # the hidden positions are a run start .. start + T - 1, start in 1 .. 60
+
+
+def _port_matches(x: Tensor, port_output: Tensor) -> list[str]:
+    """The slips whose port, at a run of positions starting anywhere in 1 .. 60, gives this output."""
+    run, out = torch.arange(x.shape[-2]), port_output.double()
+    return [slip for slip in _PORT_SLIPS if any(torch.allclose(
+        out, _port(x, run + start, slip).double(), rtol=1e-4, atol=1e-5) for start in _STARTS)]
+
+
+def _port_truth(x: Tensor, port_output: Tensor) -> str:
+    """The one slip whose port gives this output (the cases are drawn so that exactly one does)."""
+    return unique_label(_port_matches(x, port_output))
+
+
+def _port_cases(seed: int = 0) -> list[tuple]:
+    """(x (..., T, Dh), port_output): seed 0 every slip once in a fixed order, another seed five of the
+    six in an order drawn per seed; axis 0 of x even (2 or 4 sequences, or T even), Dh 4 .. 32, the
+    positions (not handed over) a run from 1 .. 60 on; every slip's output far from every other's, and
+    no other slip at any other start gives it."""
+    g = seeded(106 + seed)
+    slips = list(_PORT_SLIPS)
+    order = (["pairing_mixed", "none", "halves_of_wrong_axis", "rotate_half_sign", "exponent_i_over_dh",
+              "angles_per_channel"] if seed == 0 else
+             [slips[int(i)] for i in torch.randperm(len(slips), generator=g)[:5]])
+    cases = []
+    for n, slip in enumerate(order):
+        while True:
+            t, dh = draw(g, 2, 8), 2 * draw(g, 2, 16)
+            shape = ((2 * draw(g, 1, 4), t, dh), (2 * draw(g, 1, 2), draw(g, 1, 3), t, dh),
+                     (2 * t, dh))[n % 3]
+            x, start = randn(g, *shape), draw(g, 1, 60)
+            every = [_port(x, torch.arange(start, start + shape[-2]), s).double() for s in slips]
+            if all(not torch.allclose(a, b, rtol=1e-2, atol=1e-2) for j, a in enumerate(every)
+                   for b in every[j + 1:]) and _port_matches(x, every[slips.index(slip)].float()) == [slip]:
+                break
+        cases.append((x, every[slips.index(slip)].float()))
+    return cases
+
+
+register(Task(
+    id="06_port_bug",
+    kind="diagnose",
+    title="Diagnose: which slip broke a colleague's rotate_half RoPE",
+    points=2,
+    entry="rope_port_bug",
+    forbidden=(*_ROPE_FORBIDDEN, "posenc_lesson.tasks.rope_questions._port",
+               "posenc_lesson.tasks.rope_questions._port_truth"),
+    cases=_port_cases,
+    hidden=_port_cases,
+    allowed=_ROPE_ALLOWED,
+    run=call,
+    judge=label_judge({slip: shows for slip, shows in _PORT_SLIPS.items()}, _port_truth,
+                      "a rotation keeps every token's norm, and RoPE turns pair i by m theta_i, the right "
+                      "way round: pair 0 turns by m itself, which gives the positions; then which channels "
+                      "turn with which, at which speed and in which direction?"),
+))
 
 
 # --------------------------------------------------------------------------------------
