@@ -100,6 +100,37 @@ def repair(cfg, error: str = "") -> list[str]:
     return filled
 
 
+CHECKPOINT_HEAD_DIM = 128  # the head width GLM-4.5(-Air), GLM-4.5V and Qwen3-Omni's released configs set
+
+
+def fit_head_width(cfg, depth: int = 3) -> list[str]:
+    """A RoPE config (or sub-config) that sets no head_dim and whose hidden_size / num_attention_heads, times
+    its partial_rotary_factor, is no even integer (GLM-4-MoE's default 4096 / 96, Qwen3-Omni's 2048 / 28):
+    its modeling code builds heads of a width no checkpoint has and rotates an odd number of channels. Set
+    head_dim as the released checkpoints of these families do (explicitly, 128). The configs changed."""
+    filled = []
+    subs = [
+        v
+        for k, v in vars(cfg).items()
+        if k != "self"
+            and hasattr(v, "to_dict") and hasattr(v, "model_type")
+    ]
+    rp = safe_get(cfg, "rope_parameters")
+    hidden, heads = safe_get(cfg, "hidden_size"), safe_get(cfg, "num_attention_heads")
+    has_rope = isinstance(rp, dict) or safe_get(cfg, "rope_theta") is not None
+    sized = isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+    if has_rope and sized and safe_get(cfg, "head_dim") is None:
+        factor = float((rp or {}).get("partial_rotary_factor") or safe_get(cfg, "partial_rotary_factor") or 1)
+        width = hidden / heads * factor
+        if width != int(width) or int(width) % 2:
+            cfg.head_dim = CHECKPOINT_HEAD_DIM
+            filled.append(type(cfg).__name__)
+    if depth > 1:
+        for sub in subs:
+            filled += fit_head_width(sub, depth - 1)
+    return filled
+
+
 def fit_mrope(tc, rotary) -> bool:
     """A default config whose mrope_section covers fewer pairs than its head (GLM-4V's text config leaves
     out the partial_rotary_factor 0.5 its checkpoints set, and its rotary module's default sections fail on

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_build import build, fit_mrope  # noqa: E402
+from record_build import build, fit_head_width, fit_mrope  # noqa: E402
 from record_modules import classify_modules, in_tower  # noqa: E402
 from record_rotary import doubled_theta, modeling_module, rotary_facts  # noqa: E402
 
@@ -261,6 +261,8 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         return rec
     tc = text_config(cfg)
     keep = tuple(aliases(tc).values())  # what an alias names is kept whatever its name (kv_channels)
+    if fit_head_width(cfg):  # a head width no checkpoint has, set as they set it: part of the config recorded
+        rec["repaired"] = True
     rec["config"] = relevant(cfg.to_dict(), keep)
     rec["text_model_type"] = getattr(tc, "model_type", None)
     rec["text_key"] = config_path(cfg, tc) if tc is not cfg else None
