@@ -53,8 +53,8 @@ def hide_from_kernels(*paths: str | Path) -> None:
     """Mask these files or folders inside every sandboxed kernel (an empty file or folder instead).
 
     For grading modules whose source a learner's code must not read. A hidden file is
-    /dev/null inside (so a hidden module cannot be imported there: ModuleNotFoundError), a
-    hidden folder an empty read-only tmpfs; modules the zygote imported before forking stay
+    /dev/null inside, mounted read-only without devices (a hidden module cannot be imported
+    there: ModuleNotFoundError; opening the file fails), a hidden folder an empty read-only tmpfs; modules the zygote imported before forking stay
     usable in the forked kernels.
     """
     _HIDDEN.update(str(Path(p).resolve()) for p in paths)

@@ -260,13 +260,11 @@ def _build_root(spec: Spec, host_dir: str) -> None:
     _bind(os.path.join(host_dir, ".shm"), root, at="/dev/shm", readonly=False)
     os.makedirs(root + "/proc")
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for path in spec.hide:
-        if os.path.lexists(root + path):
-            empty = "/dev/null" if not os.path.isdir(root + path) else None
-            if empty:
-                mount(empty, root + path, None, MS_BIND)
-            else:
-                mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+    for path in (p for p in spec.hide if os.path.lexists(root + p)):  # a file: /dev/null, read-only
+        if not os.path.isdir(root + path):  # and nodev, so that it can be neither read nor written
+            mount("/dev/null", root + path, None, MS_BIND), _remount_ro(root + path, "/dev/null")
+        else:
+            mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
     os.chdir(root)
     _call("syscall", ctypes.c_long(SYS_PIVOT_ROOT[platform.machine()]), b".", b".")
     _call("umount2", b".", ctypes.c_int(MNT_DETACH))  # the old root, stacked under the new one
