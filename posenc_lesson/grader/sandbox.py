@@ -54,8 +54,8 @@ def hide_from_kernels(*paths: str | Path) -> None:
 
     For grading modules whose source a learner's code must not read. A hidden file is
     /dev/null inside, mounted read-only without devices (a hidden module cannot be imported
-    there: ModuleNotFoundError; opening the file fails), a hidden folder an empty read-only tmpfs; modules the zygote imported before forking stay
-    usable in the forked kernels.
+    there: ModuleNotFoundError; opening the file fails), a hidden folder an empty read-only
+    tmpfs; modules the zygote imported before forking stay usable in the forked kernels.
     """
     _HIDDEN.update(str(Path(p).resolve()) for p in paths)
 
