@@ -66,6 +66,7 @@ REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled 
     "num_experts_per_tok": lambda c: 2,
     "top_k_experts": lambda c: 2,
     "moe_intermediate_size": lambda c: c.intermediate_size,
+    "shared_expert_intermediate_size": lambda c: c.intermediate_size,
     "n_group": lambda c: 1,
     "topk_group": lambda c: 1,
     "mlp_layer_types": lambda c: ["dense"] * c.num_hidden_layers,
@@ -164,7 +165,7 @@ def build(cfg, tc):
             classes = own_model_classes(c)[:1]  # never a part of it (DETR's encoder without its positions)
         except Exception as err:
             return None, f"{errors[0]}; {type(err).__name__}: {err}"[:300]
-        for cls in classes:
+        for cls in [*classes, *task_classes(c)]:  # then a task model mapped to it (VitMatte's image matting)
             try:
                 with torch.device("meta"):
                     return cls(c), None
@@ -194,9 +195,41 @@ def build(cfg, tc):
         if model is None and repair(pcfg):
             model, _ = attempt(pcfg)
         sub = model is not None and stack_of(model, type(cfg))
+        for cls in [] if sub else task_classes(pcfg):  # a part only a task model builds (Sapiens2's head)
+            for _ in range(3):  # each repair can uncover the next key the modeling code reads
+                try:
+                    with torch.device("meta"):
+                        sub = stack_of(cls(pcfg), type(cfg))
+                    break
+                except Exception as err:
+                    if not repair(pcfg, f"{err}"):
+                        break
+            if sub:
+                break
         if sub:
             return sub, f"parent:{parent}.{path}"
     raise RuntimeError(first_err)
+
+
+def task_classes(cfg) -> list:
+    """The model classes transformers' task auto mappings (AutoModelForObjectDetection, ...) give cfg's
+    type, by mapping name; for a type AutoModel does not map (PP-OCRv5's detector, Qwen3-Omni)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    names = []
+    for name, m in sorted(vars(modeling_auto).items()):
+        if name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES") and isinstance(m, dict):
+            found = m.get(getattr(cfg, "model_type", None))
+            if isinstance(found, str) and found not in names:
+                names.append(found)
+    out = []
+    for name in names:
+        try:
+            out.append(getattr(transformers, name))
+        except Exception:
+            continue
+    return out
 
 
 def mapped(model_type: str) -> bool:
