@@ -364,13 +364,21 @@ def test_phi2_key_is_measured_from_the_library_and_the_library_is_forbidden():
 
 def test_llama4_question_asks_for_the_temperatures_factor_only():
     """Finding 2: a RoPE layer's logits are not a multiple of a NoPE layer's (rotation, qk-norm), so the
-    question asks for the temperature's factor; the key stays s(20000) = 1 + 0.1 ln 3."""
+    question asks for the temperature's factor. Third read, finding B: asked at 30,000, a bucket the
+    lesson's printout does not show (its rows 8,191, 16,383 and 131,071), the key s = 1 + 0.1 ln 4."""
     import math
 
     from posenc_lesson.tasks import field_guide_questions as fq
 
     qid = "12_q_llama4_temperature"
-    assert fq._temperature_ratio() == pytest.approx(1 + 0.1 * math.log(3), rel=1e-6)
+    assert fq._temperature_ratio() == pytest.approx(1 + 0.1 * math.log(4), rel=1e-6)
+    printed = (0, 8190, 8191, 16383, 131071, 1048575, 10485759)  # lesson 12, section 3's printout
+    assert all(fq._temperature_ratio(position=m) != pytest.approx(fq._temperature_ratio(), rel=1e-3)
+               for m in printed)
+    assert assess(qid, outputs_of(qid, 1 + 0.1 * math.log(3))).mistake == "field_guide.llama4_wrong_bucket"
+    assert assess(qid, outputs_of(qid, round(fq._smooth_ratio(), 4))).mistake == \
+        "field_guide.llama4_scale_smooth"
+    assert assess(qid, outputs_of(qid, round(fq._temperature_ratio(), 4))).points == 1
     cells = {c.metadata["nbgrader"]["grade_id"]: c.source
              for c in nbformat.read(SOLUTION, as_version=4).cells if "nbgrader" in c.metadata}
     statement = cells[f"{qid}_task"]

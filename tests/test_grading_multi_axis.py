@@ -79,10 +79,22 @@ def test_a_visible_qwen3_vl_config_tells_head_dim_from_hidden_over_heads():
 
 
 def test_the_two_questions_ask_what_the_lesson_does_not_print():
-    from posenc_lesson.tasks.multi_axis_questions import _flux2_still_channels, _span_ratio
+    """Third read, finding A: the span is a number at 16 -> 24, grids whose span the lesson (printed at
+    G = 6 and 12) does not show; each wrong reasoning named."""
+    from posenc_lesson.tasks import assess
+    from posenc_lesson.tasks.multi_axis_questions import _flux2_still_channels, _span_ratio, _step_ratio
 
-    assert _span_ratio() == round(31 / 30, 6) != 1.0  # nearly, not exactly, the same span
-    assert _span_ratio(normalize=False) == round(31 / 15, 6)
+    qid = "11_q_normalised_span"
+    assert _span_ratio() == pytest.approx((23 / 24) / (15 / 16), rel=1e-12) != 1.0  # nearly the same span
+    assert _span_ratio(normalize=False) == pytest.approx(23 / 15) and _step_ratio() == pytest.approx(2 / 3)
+    assert _span_ratio(6, 12) == pytest.approx(1.1)  # the lesson's printout, not the question's grids
+    assert TASKS[qid].kind == "predict"
+    assert assess(qid, outputs_of(qid, round(_span_ratio(), 4))).points == 1
+    for value, mistake in ((1.0, "fixed"), (23 / 15, "like_integer"), (1.5, "scales_with_grid"),
+                           (2 / 3, "as_step"), (1.1, None)):
+        got = assess(qid, outputs_of(qid, value))
+        assert got.points == 0 and got.mistake == (f"multi_axis.normalised_span_{mistake}" if mistake
+                                                   else "generic.wrong_unknown"), (value, got.mistake)
     assert _flux2_still_channels() == 32  # FLUX.2's T axis; FLUX.1's answer (16) is a named mistake
 
 

@@ -57,7 +57,7 @@ def _phi2_rotation() -> tuple[int, int]:
     return int(spec.rotary_dim), moved[0]
 
 
-def _temperature_ratio(position: int = 20_000, nope_layer: int = 7, rope_layer: int = 5) -> float:
+def _temperature_ratio(position: int = 30_000, nope_layer: int = 7, rope_layer: int = 5) -> float:
     """Llama 4 Scout: the factor attn_temperature_tuning multiplies layer ``nope_layer``'s queries by at
     ``position``, over the factor it applies to layer ``rope_layer``'s (1 in a layer whose scheme is not
     NoPE: the temperature leaves its queries unscaled; RoPE and qk-norm act there, but they are not the
@@ -72,9 +72,14 @@ def _temperature_ratio(position: int = 20_000, nope_layer: int = 7, rope_layer: 
     return scale(nope_layer) / scale(rope_layer)
 
 
-def _smooth_ratio() -> float:
+def _smooth_ratio(position: int = 30_000) -> float:
     """The ratio without the floor: a scale that grows with every token."""
-    return 1 + 0.1 * math.log((20_000 + 1) / 8192 + 1)
+    return 1 + SCOUT_TEXT["attn_scale"] * math.log((position + 1) / SCOUT_TEXT["floor_scale"] + 1)
+
+
+def _nearest_printed_ratio() -> float:
+    """The scale at 16,383, the row of lesson 12's printout nearest below 30,000 (one bucket short)."""
+    return _temperature_ratio(position=16_383)
 
 
 register(
@@ -157,11 +162,19 @@ register(
                     _smooth_ratio,
                     "you let the scale grow with every token: s(m) rises in steps, once every floor_scale "
                     "(8,192) tokens, through the floor.",
-                    "floor((m + 1) / 8192) is the same for every m from 16,383 to 24,574.",
+                    "floor((m + 1) / 8192) is the same for every m from 24,575 to 32,766.",
                     id="field_guide.llama4_scale_smooth",
                 ),
+                Misconception(
+                    _nearest_printed_ratio,
+                    "your scale is that of the bucket below, floor((m + 1)/8192) = 2 (the lesson's row "
+                    "16,383, or ln of the floor without its + 1): 30,000 lies in bucket 3, and s(m) takes "
+                    "ln(bucket + 1).",
+                    "compute floor((30000 + 1) / 8192), then add 1 inside the log.",
+                    id="field_guide.llama4_wrong_bucket",
+                ),
             ],
-            "the layer pattern and s(m) of lesson 12, section 3: which layer is scaled, by what, at 20,000?",
+            "the layer pattern and s(m) of lesson 12, section 3: which layer is scaled, by what, at 30,000?",
             rtol=1e-4,
         ),
     )

@@ -4,8 +4,8 @@
 from transformers; hidden ones of the same forms, sizes drawn) -> how many radians each rotary pair turns
 per unit of each coordinate, judged against the library (``axial_angles`` for FLUX's axes;
 ``describe_positions``, ``rope_frequencies`` and ``mrope_streams`` for Qwen's sections).
-The questions: a row's span under normalised coordinates at twice the resolution (not the neighbour's
-step the lesson prints), and how many of a FLUX.2 head's channels never turn in text-to-image. Ids
+The questions: a row's span under normalised coordinates at a resolution the lesson does not print
+(16 -> 24, a number), and how many of a FLUX.2 head's channels never turn in text-to-image. Ids
 keep the lesson's topic, ``multi_axis.*``.
 """
 
@@ -18,7 +18,7 @@ from .. import field_guide as _guide
 from .. import mrope as _mrope
 from .. import multi_axis as _axis
 from .. import rope as _rope
-from .concepts import Misconception, choice_judge, number_judge, question
+from .concepts import Misconception, number_judge, question
 from .judges import Mistake, call, draw, pick, seeded, tensor_judge
 from .registry import Task, register
 
@@ -212,32 +212,50 @@ register(Task(
 # Concept questions (concepts.py)
 # --------------------------------------------------------------------------------------
 
-def _span_ratio(train: int = 16, test: int = 32, normalize: bool = True) -> float:
+def _span_ratio(train: int = 16, test: int = 24, normalize: bool = True) -> float:
     """The coordinate distance between a row's first and last patch centres on a test x test grid, over
-    the same on train x train (normalised coordinates by default), rounded to 6 decimals."""
+    the same on train x train (normalised coordinates by default)."""
     def span(g: int) -> float:
         c = _axis.grid_positions(g, g, normalize=normalize).double()  # (g*g, 2): (row, column)
         return float(c[g - 1, 1] - c[0, 1])
-    return round(span(test) / span(train), 6)
+    return span(test) / span(train)
+
+
+def _step_ratio(train: int = 16, test: int = 24) -> float:
+    """The neighbour's normalised step on test x test over train x train (2/test over 2/train)."""
+    def step(g: int) -> float:
+        c = _axis.grid_positions(g, g, normalize=True).double()  # (g*g, 2)
+        return float(c[1, 1] - c[0, 1])
+    return step(test) / step(train)
 
 
 register(question(
-    id="11_q_normalised_span", title="Predict: a row's span at twice the resolution",
+    id="11_q_normalised_span", title="Predict: a row's span at a new resolution",
     entry="answer_11_normalised_span",
-    forbidden=("posenc_lesson.tasks.multi_axis_questions._span_ratio",),
-    judge=choice_judge({"a": 1.0, "b": round(31 / 30, 6), "c": round(31 / 15, 6), "d": 0.5}, _span_ratio, [
-        Misconception("a", "you took normalised coordinates to keep every distance fixed: the image spans "
+    forbidden=("posenc_lesson.tasks.multi_axis_questions._span_ratio",
+               "posenc_lesson.tasks.multi_axis_questions._step_ratio"),
+    judge=number_judge(_span_ratio, [
+        Misconception(1.0, "you took normalised coordinates to keep every distance fixed: the image spans "
                       "[-1, 1], but patch centres sit half a patch inside its edges, so the first and the "
-                      "last centre are 2 - 2/G apart, and that grows with G.",
-                      "where is the centre of a row's first patch on a 16-wide grid, and on a 32-wide one?",
+                      "last centre are less than 2 apart, and by how much less depends on G.",
+                      "where is the centre of a row's first patch on a 16-wide grid, and on a 24-wide one?",
                       id="multi_axis.normalised_span_fixed"),
-        Misconception("c", "you reasoned with integer indices, where the span grows from 15 steps to 31; "
+        Misconception(lambda: _span_ratio(normalize=False),
+                      "you reasoned with integer indices, where the span grows from 15 steps to 23; "
                       "normalised coordinates keep the image in [-1, 1].",
-                      "patch centres are c = (2i + 1)/G - 1.", id="multi_axis.normalised_span_like_integer"),
-        Misconception("d", "you applied the neighbour's halving to the whole row: the step 2/G halves, but "
-                      "twice as many steps fit in the row.", "span = (G - 1) steps of 2/G.",
-                      id="multi_axis.normalised_span_halved"),
-    ], "patch centres are c = (2i + 1)/G - 1: a row's first and last centre are (G - 1) * 2/G apart.")))
+                      "a patch's coordinate is its centre, in an image whose edges sit at -1 and +1.",
+                      id="multi_axis.normalised_span_like_integer"),
+        Misconception(lambda: 24 / 16,
+                      "you let the span grow with the number of patches, 24/16: normalised coordinates keep "
+                      "the image in [-1, 1], whatever G.",
+                      "more patches fit in the same [-1, 1]; each is narrower.",
+                      id="multi_axis.normalised_span_scales_with_grid"),
+        Misconception(_step_ratio,
+                      "you applied the neighbour's step ratio (16/24) to the whole row: the step 2/G "
+                      "shrinks, but more steps fit in the row.", "how many steps separate a row's first "
+                      "and last patch?", id="multi_axis.normalised_span_as_step"),
+    ], "a patch's coordinate is its centre, half a patch inside the image's edges at -1 and +1: how far "
+       "apart are a row's first and last centre on a G-wide grid?", rtol=1e-4)))
 
 
 def _flux2_still_channels() -> int:
