@@ -131,6 +131,13 @@ def merged(td: dict, entry: dict) -> dict:
     for alias, key in (entry.get("aliases") or {}).items():  # the config class's attribute_map: JetMoE's
         if out.get(alias) is None and out.get(key) is not None:  # head_dim is its kv_channels
             out[alias] = out[key]
+    prefix = entry.get("stack_keys")  # the stack's keys carry its name (SAM 2: memory_attention_hidden_size);
+    if prefix:  # its attention is hidden_size / downsample_rate wide, split over num_attention_heads
+        for k, v in list(out.items()):
+            if k.startswith(prefix) and out.get(k[len(prefix):]) is None:
+                out[k[len(prefix):]] = v
+        if isinstance(out.get("hidden_size"), int) and isinstance(out.get("downsample_rate"), int):
+            out["hidden_size"] //= out["downsample_rate"]
     default_types = (entry.get("defaults") or {}).get("layer_types")
     if td.get("layer_types") is None and default_types:
         out["layer_types"] = _tiled(default_types, out)

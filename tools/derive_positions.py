@@ -20,12 +20,14 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from posenc_lesson import field_guide_types as types_  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+from derive_output import architectures, grouped, short  # noqa: E402
 
 RECORDED = ROOT / "build" / "positions_recorded.jsonl"
 SHIPPED = ROOT / "posenc_lesson" / "positions_data" / "model_types.json"
@@ -97,8 +99,10 @@ def stack_rotary(rec: dict, rotary: dict | None) -> dict:
     not its talker or its token2wav DiT); all of them where the stack's parent holds none."""
     rotary = rotary or {}
     parent = (rec.get("stack") or "").rpartition(".")[0]
-    own = {k: v for k, v in rotary.items() if parent and k.startswith(parent + ".")}
-    return own or rotary
+    own = {k: v for k, v in rotary.items() if parent and k.startswith(parent + ".")} or rotary
+    if any(v.get("buffers") for v in own.values()):  # not an attention named for RoPE that holds no
+        own = {k: v for k, v in own.items() if v.get("buffers") != {}}  # frequencies (SAM 2's RoPEAttention)
+    return own
 
 
 def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
@@ -128,6 +132,9 @@ def facts_of(rec: dict, config: dict, rotary: dict | None) -> dict:
         out["layout"], out["rotated"] = probe.get("layout"), probe.get("rotated")
         out["probe"] = probe.get("probe")
         out["several_rotary"] = len({json.dumps(v.get("buffers")) for v in rot}) > 1
+        grids = {json.dumps(layer.get("positions")) for layer in rec.get("layers") or []}
+        if len(grids) > 1:  # layers that hold position ids of their own, not alike (SAM 3's windowed and
+            out["grids"] = sorted(grids)[:2]  # global ViT layers: 24 x 24 and 72 x 72 scaled to 24)
         if first.get("input") == "pixel_values":  # DINOv3: angles from the image's patch centres
             out["grid"] = centres(probe, (first.get("buffers") or {}).get("None"))  # the probed config's
     else:
@@ -161,6 +168,9 @@ def differences(spec, facts: dict) -> str | None:
             return f"transformers' own code could not be read: {what}"
         if facts.get("several_rotary"):
             return "several rotary modules with different frequencies in the text stack"
+        if facts.get("grids"):
+            grids = facts["grids"]
+            return f"layers hold different position grids of their own (windowed and global): {grids}"
     # an absolute table or a bias the same for every layer: which stack counts (an encoder of 12, a decoder
     # of 6) does not change it, as long as every layer the spec lists has that scheme
     uniform = facts["scheme"] != "rope" and set(spec.schemes) <= {facts["scheme"]}
@@ -271,6 +281,10 @@ def entry_base(rec: dict) -> dict:
     if types:
         defaults["_rope_types"] = sorted(types)
     entry = {"scheme": scheme_of(rec), "defaults": defaults}
+    name = (rec.get("stack") or "").rpartition(".")[0].rpartition(".")[2]
+    if name and isinstance(text.get(f"{name}_hidden_size"), int):  # keys named after the stack: SAM 2's
+        entry["stack_keys"] = f"{name}_"  # memory_attention_hidden_size for its memory_attention.layers
+        defaults.update({k: v for k, v in text.items() if k.startswith(f"{name}_") and isinstance(v, int)})
     flags = {k: v for k, v in text.items() if FLAGS.match(k) and isinstance(v, (bool, str, list))}
     if flags:  # BEiT's use_relative_position_bias, BERT's position_embedding_type: recorded as they were
         entry["flags"] = flags
@@ -339,37 +353,6 @@ def derive(rec: dict) -> dict:
         if reason.startswith("transformers' own code") or reason.startswith("several"):
             break
     return {**entry, "refused": first_reason}
-
-
-def architectures() -> dict[str, str]:
-    """Model class name -> model type, from transformers' auto mappings (config.json's architectures
-    names a class; Kimi-K2's model_type kimi_k2 is no transformers type, its DeepseekV3ForCausalLM is)."""
-    from transformers.models.auto import modeling_auto
-
-    out: dict[str, str] = {}
-    for name, mapping in sorted(vars(modeling_auto).items()):
-        if name.endswith("_MAPPING_NAMES") and isinstance(mapping, dict):
-            for model_type, classes in mapping.items():
-                for cls in classes if isinstance(classes, (list, tuple)) else [classes]:
-                    if isinstance(cls, str):
-                        out.setdefault(cls, model_type)
-    return out
-
-
-def short(facts: dict) -> dict:
-    """inv_freq as the shortest decimals that read back as the same float32 (half the size)."""
-    for buf in (facts.get("rotary") or {}).values():
-        buf["inv_freq"] = [float(str(np.float32(v))) for v in buf["inv_freq"]]
-    return facts
-
-
-def grouped(refused: dict[str, str]) -> list[tuple[str, list[str]]]:
-    """Refused types grouped by their reason with the numbers and names in it left out, biggest first."""
-    groups: dict[str, list[str]] = {}
-    for model_type, why in sorted(refused.items()):
-        key = re.sub(r"\[[^\]]*\]|'[^']*'|\d+(\.\d+)?(e-?\d+)?", "_", why.replace("\n", " "))[:90]
-        groups.setdefault(key, []).append(model_type)
-    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
 def main() -> None:

@@ -245,7 +245,8 @@ def layers_of(model, tc, apply_fns: set, rotary: tuple = ()) -> list[dict]:
                     mixers[-1] += f" [if {guards[0]}]"
                 if fn is not None:
                     apply_fns.add(f"{type(sub).__module__}:{fn}")
-        out.append({"mixers": mixers, "rope": rope})
+        grids = [[n, list(b.shape)] for n, b in layer.named_buffers() if "position" in n]
+        out.append({"mixers": mixers, "rope": rope, **({"positions": grids} if grids else {})})  # SAM 3's ViT
     return out
 
 

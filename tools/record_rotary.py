@@ -69,6 +69,9 @@ def cos_sin(rot, dh: int, layer_type, axes: int):
     pos = torch.ones(1, dh, dtype=torch.long)
     if axes > 1:  # M-RoPE: one row of position ids per axis (time, height, width)
         pos = pos[None].expand(axes, 1, dh)
+    elif axes < 0:  # (tokens, axes) coordinates, both at 1 (SAM 2's memory attention: (x, y) per token), as
+        dh = 2 * dh  # many tokens as the head is wide where head_dim_of fell back to one axis's rotated width
+        pos = torch.ones(dh, -axes, dtype=torch.long)
     x = torch.zeros(1, dh, 8)
     kwargs = {} if layer_type in (None, "None") else {"layer_type": layer_type}
     out = rot(x, pos, **kwargs)
@@ -86,6 +89,8 @@ def call_apply(fn, q, cos, sin, width, extra):
         return (res[0] if isinstance(res, tuple) else res)[0, :, 0, :]
     c = cos[..., :width, :] if cos.dim() == 3 else cos
     s = sin[..., :width, :] if sin.dim() == 3 else sin
+    if "cos_k" in names and "sin_k" in names:  # the keys' own cos and sin (EdgeTAM's memory cross-attention)
+        extra = {**extra, "cos_k": c, "sin_k": s}
     if names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"]):
         res = fn(q, c, s, **extra)  # one tensor at a time (Gemma 3n, DeepSeek-V4)
     else:
@@ -101,7 +106,7 @@ def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
     params = inspect.signature(fn).parameters
     mrope = "mrope_section" in params
     last = None
-    for axes in (3,) if mrope else (1, 3, 4, 2):
+    for axes in (3,) if mrope else (1, 3, 4, 2, -2):
         try:
             cos, sin = cos_sin(rot, dh, layer_type, axes)
         except Exception as err:
