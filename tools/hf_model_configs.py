@@ -205,7 +205,7 @@ FAMILY_CONFIGS = {
         "seq_lens": [4096, 6000, 16384],
     },
     "llama4_scout": {
-        "source": "meta-llama/Llama-4-Scout-17B-16E config.json text_config (layers cut to 8)",
+        "source": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json text_config (layers cut to 8)",
         "config": {"model_type": "llama4", "text_config": dict(_SCOUT_TEXT)},
     },
     "llama4_text": {
