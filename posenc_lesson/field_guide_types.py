@@ -341,6 +341,9 @@ def rotary_width(cfg: dict, entry: dict, params: dict) -> int:
         raise ValueError(
             f"{cfg.get('model_type')}: rotated width ({rule}) must be an even integer >= 2; got {width!r}"
         )
+    if params.get("rope_type") == "axial":  # the axes' channels together; the rest of the head passes through
+        each, alternate = AXIAL[params.get("axial") or "2 axes"](width)  # (MiniMax-M3-VL: 3 x 26 of 80)
+        width = each if alternate else each * {"3 axes": 3}.get(params.get("axial"), 2)
     return width
 
 

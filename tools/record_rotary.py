@@ -94,7 +94,14 @@ def call_apply(fn, q, cos, sin, width, extra):
     if names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"]):
         res = fn(q, c, s, **extra)  # one tensor at a time (Gemma 3n, DeepSeek-V4)
     else:
-        res = fn(q, q.clone(), c, s, **extra)
+        try:
+            res = fn(q, q.clone(), c, s, **extra)
+        except RuntimeError:  # a tower's apply on (tokens, heads, D) with (tokens, D) cos (MiniMax-M3-VL)
+            if c.dim() != 2:
+                raise
+            qt = q[0, 0][:, None, :]  # (T, 1, width)
+            res = fn(qt, qt.clone(), c[: qt.shape[0]], s[: qt.shape[0]], **extra)
+            return (res[0] if isinstance(res, tuple) else res)[:, 0]
     return (res[0] if isinstance(res, tuple) else res)[0, 0]
 
 
@@ -106,12 +113,16 @@ def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
     params = inspect.signature(fn).parameters
     mrope = "mrope_section" in params
     last = None
-    for axes in (3,) if mrope else (1, 3, 4, 2, -2):
+    for axes in (3,) if mrope else (1, 3, 4, 2, -3, -2):  # (tokens, 3): t, h, w where the module reads 3
         try:
             cos, sin = cos_sin(rot, dh, layer_type, axes)
         except Exception as err:
             last = f"rotary forward: {type(err).__name__}: {err}"[:200]
             continue
+        n_inv = getattr(getattr(rot, "inv_freq", None), "numel", lambda: 0)()
+        if axes < 0 and dh > 2 * n_inv and cos.shape[-1] > dh:  # more axes than the module has: wider than
+            last = f"rotary forward: {cos.shape[-1]} channels from {-axes} axes, head {dh}"  # the head the
+            continue  # config gives (Kimi-K2.5's 2 axes read as 3)
         for width in dict.fromkeys([dh, cos.shape[-1], 2 * cos.shape[-1]]):
             q = torch.eye(width)[None, None]  # (1, 1, T=width, width)
             extra = {}
@@ -124,7 +135,11 @@ def probe(module, rot, dh: int, layer_type, cfg, fn_name: str) -> dict:
             except Exception as err:
                 last = f"{fn_name}: {type(err).__name__}: {err}"[:200]
                 continue
-            return read_pairs(out.float(), width, dh)
+            found = read_pairs(out.float(), width, dh)
+            if n_inv and found.get("rotated", 0) > 8 * n_inv:  # more pairs than 4 axes of these frequencies
+                last = f"{fn_name}: {found['rotated']} channels turn for {n_inv} frequencies"  # turn: the
+                continue  # positions were read in the wrong shape (Kimi-K2.5's tower takes (tokens, 2))
+            return found
     return {"probe": last}
 
 
