@@ -5,7 +5,7 @@
 +m_h j, a (H, 1, Tk) row, queries placed later than they are: a constant per row) and each real mistake comes
 back named. 07_port_bug: each probe's weights have exactly one cause, the solution notebook's reading finds it
 on hidden seeds, and the misreadings people make are named. 07_q_most_local: its key agrees with the lesson's
-own numbers (the 12-head slopes it prints, and its bias-only attention).
+rule (the slopes of a count that is not a power of 2) at a count it does not print, 20 heads.
 """
 
 from __future__ import annotations
@@ -135,20 +135,23 @@ def test_passing_every_port_and_flagging_every_port_are_named():
 
 # ------------------------------------------------------------------------------------------ question
 
-def test_the_most_local_head_agrees_with_the_lessons_numbers():
-    """Lesson 07 prints the 12-head slopes as log2 values (cell 14: -1 .. -8, then -0.5, -1.5, -2.5,
-    -3.5); head 8's is the steepest, and section 6's bias-only attention keeps the most on the newest key."""
+def test_the_most_local_head_agrees_with_the_lessons_rule_at_a_count_it_does_not_print():
+    """Lesson 07 prints the slopes of 8, 16 and 12 heads, and its explorer stops at 16: 20 heads must be
+    worked out from its rule (16 heads, then slopes(32)[0::2][:4]). Head 16's 2^-0.25 is the steepest, and
+    section 6's bias-only attention keeps the most on the newest key there."""
     lesson = nbformat.read(ROOT / "notebooks" / "07_alibi.ipynb", as_version=4)
     printed = [o.get("text", "") for c in lesson.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    (line,) = [t for text in printed for t in text.splitlines() if t.startswith("12 heads, log2(m_h):")]
-    log2 = eval(line.split(":", 1)[1])  # the printed list
-    assert log2.index(max(log2)) == 8
+    lines = [t for text in printed for t in text.splitlines() if "heads, log2(m_h)" in t]
+    heads = [t.split("heads")[0].strip() for t in lines]
+    assert heads and "20" not in heads  # the question is not a printed list
+    rule = torch.cat([alibi_slopes(16), alibi_slopes(32)[0::2][:4]])
+    assert torch.allclose(alibi_slopes(20), rule) and int(rule.argmax()) == 16
     judge = TASKS["07_q_most_local"].judge
-    assert alibi_questions._most_local() == (8,) and correct_option(judge.options, judge.truth) == "c"
-    assert judge.options["d"] == (0, 8) and alibi_slopes(12)[0] != alibi_slopes(12)[8]
+    assert alibi_questions._most_local() == (16,) and correct_option(judge.options, judge.truth) == "c"
+    assert judge.options["d"] == (0, 16) and alibi_slopes(20)[0] != alibi_slopes(20)[16]
     # each wrong option is what its misconception computes
-    paper = alibi_slopes(12)
+    paper = alibi_slopes(20)
     assert int(paper.sort(descending=True).indices[0]) != 0  # sorted: head 0 would be the steepest
-    assert int(paper.argmin()) == 7  # the smallest slope, read as the most local
-    odd = torch.cat([alibi_slopes(8), alibi_slopes(16)[1::2][:4]])
-    assert odd[8] == odd[0] == odd.max()  # [1::2]: head 8 repeats head 0, a tie
+    assert int(paper.argmin()) == 15 and judge.options["b"] == (15,)  # the smallest slope, read as local
+    odd = torch.cat([alibi_slopes(16), alibi_slopes(32)[1::2][:4]])
+    assert odd[16] == odd[0] == odd.max()  # [1::2]: head 16 repeats head 0, a tie

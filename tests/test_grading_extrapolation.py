@@ -306,9 +306,11 @@ def _visible_answers(change: dict) -> tuple[list, list]:
     (3, "bias_sign", "extrapolation.switch_bloom_form_called_bug"),  # BLOOM's +m_h j
     (5, "table_missing", "extrapolation.switch_rope_needs_a_table"),
     (1, "ok", "extrapolation.switch_rows_past_table_missed"),
+    (1, "rows_shifted", "extrapolation.switch_rows_past_table_missed"),  # T > max_len: it must refuse
     (2, "ok", "extrapolation.switch_bias_sign_missed"),
     (4, "ok", "extrapolation.switch_bug_missed"),
     (6, "rows_past_table", "extrapolation.switch_wrong_cause"),
+    (8, "rows_shifted", "extrapolation.switch_offset_called_bug"),  # an offset lookup with room, as OPT's
 ])
 def test_each_switch_misconception_is_named(index, answer, mistake):
     from posenc_lesson.tasks import assess
@@ -318,7 +320,25 @@ def test_each_switch_misconception_is_named(index, answer, mistake):
     answers[index] = answer
     result = assess("08_diagnose_switch", answers, cases)
     assert result.mistake == mistake and result.case_mistakes[index] == mistake
-    assert result.points == pytest.approx(3.0 * 7 / 8, abs=0.01)  # partial credit per switch
+    assert result.points == pytest.approx(3.0 * (len(cases) - 1) / len(cases), abs=0.01)  # credit per switch
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_shifted_lookup_is_a_bug_only_where_it_runs_out_of_rows(seed):
+    """The from-scratch rule of the statement: an offset lookup with room (OPT's starts at row 2) is a
+    learned-table model whose first rows go unused, so it is "ok"; "rows_shifted" is only drawn with
+    max_len = T, where the shifted lookup has no row for the last position and repeats the table's last."""
+    ex = _switch()
+    for c in ex._switch_cases(seed):
+        scheme, x, table, _, x_in, _ = c
+        t, truth = x.shape[1], ex._switch_cause(*c)
+        if scheme == "learned" and truth == "rows_shifted":
+            assert table.shape[0] == t and torch.allclose((x_in - x)[0, -1], (x_in - x)[0, -2], atol=1e-5)
+        if scheme == "learned" and truth == "ok":
+            added = (x_in - x)[0]
+            starts = [k for k in range(table.shape[0] - t + 1)
+                      if torch.allclose(added, table[k:k + t], atol=1e-5)]
+            assert len(starts) == 1  # one window of T rows inside the table: row 0, or an offset with room
 
 
 # --------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Lesson 07's concept questions (exercises/07_alibi.ipynb): which head of a 12-head ALiBi model is the
-most local (a misconception about the slopes' order or their meaning behind each wrong option), and which
-variants of BLOOM's bias +m_h j (left padding, -m_h j, +m_h i) keep ALiBi's causal attention. The
-answers are computed from the library's slopes, bias and attention; the misconceptions' ids keep the
-lesson's topic, ``alibi.*``.
+"""Lesson 07's concept questions (exercises/07_alibi.ipynb): which head of a 20-head ALiBi model (a count
+the lesson does not print) is the most local (a misconception about the slopes' order or their meaning
+behind each wrong option), and which variants of BLOOM's bias +m_h j (left padding, -m_h j, +m_h i) keep
+ALiBi's causal attention. The answers are computed from the library's slopes, bias and attention; the
+misconceptions' ids keep the lesson's topic, ``alibi.*``.
 """
 
 from __future__ import annotations
@@ -20,33 +20,33 @@ from .registry import register
 # --------------------------------------------------------------------------------------
 
 def _most_local() -> tuple[int, ...]:
-    """The heads of 12 whose bias-only attention (q = k = 0, T = 512, as in lesson 07's section 6) puts
+    """The heads of 20 whose bias-only attention (q = k = 0, T = 512, as in lesson 07's section 6) puts
     the most weight on the newest key, for the last query."""
-    zeros = torch.zeros(12, 512, 4)
-    weights = _attention.scaled_dot_product_attention(zeros, zeros, zeros, bias=_alibi.alibi_bias(12, 512),
+    zeros = torch.zeros(20, 512, 4)
+    weights = _attention.scaled_dot_product_attention(zeros, zeros, zeros, bias=_alibi.alibi_bias(20, 512),
                                                       causal=True)[1]  # (H, T, T)
     newest = weights[:, -1, -1]  # (H,)
     return tuple(int(i) for i in (newest == newest.max()).nonzero().flatten())
 
 
 register(question(
-    id="07_q_most_local", title="Predict: the most local head of a 12-head model",
+    id="07_q_most_local", title="Predict: the most local head of a 20-head model",
     entry="answer_07_most_local", forbidden=("posenc_lesson.tasks.alibi_questions._most_local",),
-    judge=choice_judge({"a": (0,), "b": (7,), "c": (8,), "d": (0, 8)}, _most_local, [
+    judge=choice_judge({"a": (0,), "b": (15,), "c": (16,), "d": (0, 16)}, _most_local, [
         Misconception("a", "you took the heads to run from steepest to shallowest, as they do for a power of "
-                      "2; for 12 heads the extra slopes are appended after head 7, and their values fall "
-                      "between the first eight's.", "where does the first appended slope fall, compared with "
-                      "the first eight?", id="alibi.head_order_sorted"),
+                      "2; for 20 heads the extra slopes are appended after head 15, and their values "
+                      "fall between the first sixteen's.", "where does the first appended slope fall, "
+                      "compared with the first sixteen?", id="alibi.head_order_sorted"),
         Misconception("b", "you read a small slope as a local head; the slope is the penalty per token of "
                       "distance, so the smallest slope penalises least and lets its head look furthest back.",
                       "the weight on a key at distance d goes as e^(-m d): which m keeps it near d = 0?",
                       id="alibi.small_slope_local"),
-        Misconception("d", "you made the extra heads repeat slopes of the first eight, as every other slope "
-                      "of 16 heads starting at the second would; the paper starts at the first, the slopes "
-                      "between them.", "write the slopes of 16 heads and take slopes(16)[0::2].",
+        Misconception("d", "you made the extra heads repeat slopes of the first sixteen, as every other "
+                      "slope of 32 heads starting at the second would; the paper starts at the first, the "
+                      "slopes between them.", "write the slopes of 32 heads and take slopes(32)[0::2].",
                       id="alibi.extra_heads_repeat"),
-    ], "the most local head has the steepest slope; 12 heads get the slopes of 8 heads, then "
-       "slopes(16)[0::2][:4].")))
+    ], "the most local head has the steepest slope; where does each of the 20 heads' slopes "
+       "come from in the paper's rule for a count that is not a power of 2?")))
 
 
 def _same_as_alibi() -> tuple[bool, bool, bool]:

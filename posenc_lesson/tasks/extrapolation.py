@@ -42,7 +42,7 @@ SWITCH_CAUSES = ("ok", "table_missing", "table_extra", "rows_shifted", "rows_pas
                  "bias_missing", "bias_extra")
 _SWITCH_DRAWS = {  # cause -> the (scheme, how it is written) the generator may draw for it
     "ok": (("sinusoidal", "interleaved"), ("sinusoidal", "concatenated"), ("learned", ""),
-           ("alibi", "paper"), ("alibi", "bloom"), ("rope", ""), ("none", "")),
+           ("learned", "offset"), ("alibi", "paper"), ("alibi", "bloom"), ("rope", ""), ("none", "")),
     "table_missing": (("sinusoidal", ""), ("learned", "")), "table_extra": (("rope", ""), ("none", ""),
                                                                            ("alibi", "")),
     "rows_shifted": (("learned", ""),), "rows_past_table": (("learned", ""),), "bias_sign": (("alibi", ""),),
@@ -51,13 +51,14 @@ _SWITCH_DRAWS = {  # cause -> the (scheme, how it is written) the generator may 
 }
 _SWITCH_VISIBLE = [("ok", "sinusoidal", "concatenated"), ("rows_past_table", "learned", ""),
                    ("bias_sign", "alibi", ""), ("ok", "alibi", "bloom"), ("table_extra", "rope", ""),
-                   ("ok", "rope", ""), ("rows_shifted", "learned", ""), ("bias_missing", "alibi", "")]
+                   ("ok", "rope", ""), ("rows_shifted", "learned", ""), ("bias_missing", "alibi", ""),
+                   ("ok", "learned", "offset")]
 
 
 def _switch_case(g: torch.Generator, cause: str, scheme: str, how: str) -> tuple:
     t, d, heads = draw(g, 4, 12), 2 * draw(g, 2, 8), draw(g, 1, 4)
-    rows = (draw(g, 2, t - 1) if cause == "rows_past_table" else
-            draw(g, t + 1, 16) if cause == "rows_shifted" else draw(g, t, 16))
+    rows = (draw(g, 2, t - 1) if cause == "rows_past_table" else t if cause == "rows_shifted"  # no room
+            else draw(g, t + 2, 16) if how == "offset" else draw(g, t, 16))
     x, table = randn(g, draw(g, 1, 2), t, d), randn(g, rows, d)  # (B, T, D), (max_len, D)
     pe = pe_table(t, d)  # (T, D)
     slopes = _alibi.alibi_slopes(heads)[:, None, None]  # (H, 1, 1)
@@ -65,8 +66,9 @@ def _switch_case(g: torch.Generator, cause: str, scheme: str, how: str) -> tuple
     x_in = x + interleaved_to_concat(pe) if how == "concatenated" else x + pe if scheme == "sinusoidal" else x
     if how == "bloom":  # +m_h j: the paper's -m_h (i - j) plus m_h i, one constant per query row
         bias = (slopes * torch.arange(t)).expand(heads, t, t).clone()  # (H, T, T)
-    if scheme == "learned":  # the right rows, shifted by one, or clamped to the table's last row
-        x_in = x + table[torch.arange(t).add(cause == "rows_shifted").clamp(max=rows - 1)]
+    if scheme == "learned":  # rows from `start` (an offset with room, as OPT's), clamped to the last row
+        start = draw(g, 1, 2) if how == "offset" else int(cause == "rows_shifted")
+        x_in = x + table[torch.arange(t).add(start).clamp(max=rows - 1)]
     if cause in ("table_missing", "table_extra"):
         x_in = x if cause == "table_missing" else x + pe
     if cause in ("bias_sign", "bias_missing", "bias_extra"):
@@ -76,7 +78,7 @@ def _switch_case(g: torch.Generator, cause: str, scheme: str, how: str) -> tuple
 
 
 def _switch_cases(seed: int = 0) -> list[tuple]:
-    """Seed 0: the visible eight. Any other seed: three right switches and five bugs, in a random order."""
+    """Seed 0: the visible nine. Any other seed: three right switches and five bugs, in a random order."""
     g = seeded(1080 + seed)
     if seed == 0:
         return [_switch_case(g, *spec) for spec in _SWITCH_VISIBLE]
@@ -105,8 +107,9 @@ def _switch_cause(scheme: str, x: Tensor, table: Tensor, num_heads: int, x_in: T
             return "table_missing"
         if scheme == "learned" and t > table.shape[0]:
             return "rows_past_table"
-        if scheme == "learned" and t < table.shape[0] and _same(added[0], table[1:t + 1].double()):
-            return "rows_shifted"
+        if scheme == "learned" and not any(_same(added[0], table[k:k + t].double())
+                                           for k in range(table.shape[0] - t + 1)):
+            return "rows_shifted"  # no window of T rows: off by one past the end, the last row twice
     elif not _same(added, torch.zeros_like(added)):
         return "table_extra"
     if scheme != "alibi":
@@ -126,6 +129,10 @@ _FALSE_ALARMS = {  # (scheme, written that way) -> the misconception behind call
               "written +m_h j, as BLOOM does, it differs from -m_h |i - j| by m_h i, one constant per query "
               "row, which softmax ignores (the causal mask removes j > i).",
               "compare each row's differences along j, on the keys j <= i."),
+    "offset": ("extrapolation.switch_offset_called_bug", "you named a bug in a learned switch that is right: "
+               "its lookup starts at row k of a table with room for T + k rows, as OPT's starts at row 2. A "
+               "model trained from scratch learns those rows; the first k are never used.",
+               "compare x_in - x with every window of T consecutive rows of the table."),
     "rope": ("extrapolation.switch_rope_needs_a_table", "you expected RoPE to add something to the "
              "embeddings; it turns queries and keys inside attention, so at this switch x passes through.",
              "lesson 08's table, section 2: where each scheme enters."),
@@ -133,9 +140,9 @@ _FALSE_ALARMS = {  # (scheme, written that way) -> the misconception behind call
               "check each scheme against where it enters: the input, the scores, or neither."),
 }
 _MISSED = {
-    "rows_past_table": ("extrapolation.switch_rows_past_table_missed", "you called a learned switch right "
-                        "although T is longer than its table: it must refuse (a ValueError), and this one "
-                        "returned rows anyway.", "compare T with the table's max_len before its values."),
+    "rows_past_table": ("extrapolation.switch_rows_past_table_missed", "you missed that T is longer than "
+                        "this learned switch's table: it must refuse (a ValueError), and this one returned "
+                        "rows anyway.", "compare T with the table's max_len before its values."),
     "bias_sign": ("extrapolation.switch_bias_sign_missed", "you called an ALiBi bias right whose slopes "
                   "point the wrong way: it rewards distant keys.", "along a row, should the bias rise or "
                   "fall as the key moves away from the query?"),
@@ -152,13 +159,14 @@ def _switch_said(out: Any, case: tuple) -> tuple[str, str, str] | None:
     truth = _switch_cause(*case)
     if out == truth:
         return None
-    scheme, x, _, _, x_in, bias = case
+    scheme, x, table, _, x_in, bias = case
     if truth == "ok":
         how = ("concatenated" if scheme == "sinusoidal" and not _same((x_in - x)[0], pe_table(*x.shape[1:]))
+               else "offset" if scheme == "learned" and not _same((x_in - x)[0], table[:x.shape[1]])
                else "bloom" if scheme == "alibi" and not _same(bias, _alibi.alibi_bias(*bias.shape[:2]))
                else "rope" if scheme == "rope" else "other")
         return _FALSE_ALARMS[how]
-    if out == "ok":
+    if out == "ok" or (truth, out) == ("rows_past_table", "rows_shifted"):
         return _MISSED.get(truth, ("extrapolation.switch_bug_missed", f"you called a {scheme!r} switch "
                                    "right that has a bug.", "check what it adds to x, and its bias, "
                                    "against where this scheme enters."))
@@ -180,16 +188,9 @@ def _judge_switch(outputs: list, cases: list) -> Judged:
 
 
 register(Task(
-    id="08_diagnose_switch",
-    kind="diagnose",
-    title="Diagnose: what is wrong with this scheme switch?",
-    points=3,
-    entry="diagnose_switch",
-    forbidden=("posenc_lesson.tasks.extrapolation._switch_cause",),
-    cases=_switch_cases,
-    run=call,
-    judge=_judge_switch,
-    hidden=_switch_cases,
+    id="08_diagnose_switch", kind="diagnose", title="Diagnose: what is wrong with this scheme switch?",
+    points=3, entry="diagnose_switch", forbidden=("posenc_lesson.tasks.extrapolation._switch_cause",),
+    cases=_switch_cases, run=call, judge=_judge_switch, hidden=_switch_cases,
     allowed=("posenc_lesson",),  # the statement: here the library is yours to use
 ))
 
@@ -252,11 +253,9 @@ def _judge_prediction(outputs: list, cases: list) -> Judged:
         return Judged(0.0, feedback(_TWO_LAYERS_BLIND, hint), "extrapolation.nope_two_layers_order_blind")
     if out["none, 1 layer"] != truth["none, 1 layer"]:
         return Judged(0.0, feedback(_ONE_LAYER_SEES, hint), "extrapolation.nope_one_layer_sees_order")
+    more = hint[:-1] + "; think about what the causal mask does in a second layer."
     return Judged(0.0, feedback(f"{wrong} of {len(_PREDICTION_KEYS)} predictions disagree with the "
-                                "measurement.",
-                                "a model is order-blind when its last output is a function of the *set* of "
-                                "earlier tokens; think about what the causal mask does in a second layer."),
-                  "generic.wrong_unknown")
+                                "measurement.", more), "generic.wrong_unknown")
 
 
 register(Task(
