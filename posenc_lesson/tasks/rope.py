@@ -244,7 +244,9 @@ def _rotation_cases(seed: int = 0) -> list[tuple]:
         return [(3, _one_step(8)), (-2, _one_step(8)), (0, _one_step(6)), (10, _one_step(16, 500_000.0)),
                 (5, _one_step(4, direction=-1))]
     g = seeded(seed)
-    return [(draw(g, -40, -1) if n == 0 else draw(g, -40, 80),  # one negative position at least
+    # one negative and one positive position at least: with only negative ones, turning the wrong
+    # way reads as the negative-position slip (rope.matrix_negative_forward) and is named as that
+    return [(draw(g, -40, -1) if n == 0 else draw(g, 1, 80) if n == 1 else draw(g, -40, 80),
              _one_step(2 * draw(g, 1, 12), pick(g, (10_000.0, 500_000.0, 1e6, 100.0)), pick(g, (1, 1, -1))))
             for n in range(4)]
 
