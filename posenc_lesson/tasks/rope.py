@@ -354,6 +354,7 @@ register(Task(
                 "row i of a half-layout head is the first coordinate of pair i (the one that turns "
                 "toward the other): where does the first coordinate sit in an interleaved pair?",
                 id="rope.converted_pair_swapped"),
-    ], ("weight", "num_heads"), "per head, pair i is rows (i, i + Dh/2) in the half layout and must "
-                                "become rows (2i, 2i+1), first coordinate first."),
+    ], ("weight", "num_heads"), "the interleaved code turns rows (2i, 2i+1) of every head, the first "
+                                "toward the second: which rows of a half-layout head must land there, "
+                                "and in which order?"),
 ))
