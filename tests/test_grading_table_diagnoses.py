@@ -5,7 +5,8 @@ and the questions reworked with them (02 Q1 on a sines-only table, 03 Q1 on a ta
 concatenated, 04 Q1 without the causal mask). Every case matches its drawn label only, the hidden
 cases draw several labels, every wrong label gets its own id, and the keys are the library's.
 02_wavelengths reads the wavelengths off a table whose base is drawn per student; 03_offset_matrix
-asks for the offset matrix of a (cos, sin) table with fairseq's frequencies, keyed on the library's RoPE.
+asks for the fixed matrix taking row pos of a (cos, sin) table with fairseq's frequencies to row k - pos
+(a mirror, keyed on the library's RoPE); the forward and backward steps and "no fixed matrix" are named.
 """
 
 from __future__ import annotations
@@ -139,22 +140,30 @@ def test_the_solution_reading_passes_and_the_port_reading_does_not_apply():
     assert result.mistake == "learned.training_misread_short"
 
 
-def test_the_offset_matrix_moves_the_cos_sin_table_and_the_lessons_matrix_is_named():
-    for k, d in ((1, 8), (5, 16), (-3, 8), (100, 4), (37, 64)):
+def test_the_offset_matrix_mirrors_the_cos_sin_table_and_the_steps_are_named():
+    for k, d in ((1, 8), (5, 16), (-3, 8), (100, 4), (0, 6), (37, 64)):
         omega = rotation._fairseq_frequencies(d)
         assert omega[-1].item() == pytest.approx(1e-4, rel=1e-12) and omega[0].item() == 1.0
-        angle = torch.arange(300, dtype=torch.float64)[:, None] * omega  # (300, D/2)
-        table = torch.stack((angle.cos(), angle.sin()), dim=-1).flatten(1)  # (300, D): (cos, sin) per pair
-        rows, later = (table[:-k], table[k:]) if k > 0 else (table[-k:], table[:k])
-        torch.testing.assert_close(rows @ rotation._offset_cos_sin(k, d).T, later, atol=1e-10, rtol=0)
-    import posenc_lesson as pl
 
+        def table(pos, omega=omega):
+            angle = pos[:, None] * omega  # (T, D/2)
+            return torch.stack((angle.cos(), angle.sin()), dim=-1).flatten(1)  # (T, D): (cos, sin) per pair
+
+        pos = torch.arange(-40, 300, dtype=torch.float64)
+        mirror = rotation._mirror_cos_sin(k, d)
+        torch.testing.assert_close(table(pos) @ mirror.T, table(k - pos), atol=1e-10, rtol=0)
+        blocks = mirror.view(d // 2, 2, d // 2, 2).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (D/2, 2, 2)
+        torch.testing.assert_close(torch.linalg.det(blocks), -torch.ones(d // 2, dtype=torch.float64))
     cases = registry.TASKS["03_offset_matrix"].cases()
-    lessons = [pl.sinusoidal_offset_matrix(k, d) for k, d in cases]
-    result = registry.assess("03_offset_matrix", lessons, cases)
-    assert result.mistake == "rotation.offset_lesson_matrix_copied"
-    backwards = [rotation._offset_cos_sin(-k, d) for k, d in cases]
-    assert registry.assess("03_offset_matrix", backwards, cases).mistake == "rotation.offset_sign_flipped"
+    for answer, named in (((rotation._offset_cos_sin, 1), "rotation.mirror_forward_step"),
+                          ((rotation._offset_cos_sin, -1), "rotation.mirror_backward_step")):
+        outputs = [answer[0](answer[1] * k, d) for k, d in cases]
+        assert registry.assess("03_offset_matrix", outputs, cases).mistake == named
+    result = registry.assess("03_offset_matrix", [None] * len(cases), cases)
+    assert result.mistake == "rotation.mirror_no_fixed_matrix" and result.points == 0
+    half_none = [rotation._mirror_cos_sin(*c) if n % 2 else None for n, c in enumerate(cases)]
+    result = registry.assess("03_offset_matrix", half_none, cases)
+    assert result.mistake == "rotation.mirror_no_fixed_matrix" and 0 < result.points < result.max_points
 
 
 def test_the_acos_reading_of_the_wavelengths_is_named():

@@ -170,8 +170,8 @@ def _grad_steps(max_len: int, lengths: list[int] | None) -> Tensor:
 
 # label -> (what that cause would show in grad_steps, the id of naming it wrongly)
 _TRAINING_BUGS = {
-    "none": ("copies that fill the table give rows 0 .. max_len - 2 a gradient at every step and the last "
-             "row none: its token has no target, and in a causal model no other token attends to it",
+    "none": ("copies that fill the table give every row they can reach a gradient at every step, and no "
+             "other row one; which rows those are is Task 3's question",
              "learned.training_bug_missed"),
     "truncated": ("a copy cut to max_len tokens keeps a target at its last position, so every row, the "
                   "last one included, would get a gradient at every step",

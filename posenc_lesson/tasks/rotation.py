@@ -1,7 +1,7 @@
-"""Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the offset matrix of a table
-stored (cos, sin) per pair with fairseq's frequencies (derived; the lesson prints only the paper's
-M_k), the dot product PE[pos] . PE[pos + k], and a diagnosis: which slip made a colleague's shift
-by k (the slip drawn per case).
+"""Lesson 03's tasks (exercises/03_rotation_matrix_proof.ipynb): the fixed matrix taking every row of a
+table stored (cos, sin) per pair with fairseq's frequencies to the row at k - pos (derived: a mirror,
+not a rotation; the lesson states only the forward step M_k), the dot product PE[pos] . PE[pos + k],
+and a diagnosis: which slip made a colleague's shift by k (the slip drawn per case).
 
 Hidden cases (``Task.hidden``, any seed but 0): offsets k in -60 .. 120 (0 among them now and
 then), even widths 4 .. 64; for the diagnosis five shifts, the five labels in a random order, of
@@ -9,6 +9,8 @@ rows of the table from a random start or of random numbers (it is a linear map).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -22,15 +24,15 @@ from .judges import (
     Mistake,
     call,
     draw,
+    feedback,
     half_block,
     interleaved_to_concat,
-    not_a_rotation,
     pe_table,
     randn,
     seeded,
     tensor_judge,
 )
-from .registry import Task, register
+from .registry import Judged, Task, register
 from .sinusoidal import label_judge, unique_label
 
 _OFFSET_FORBIDDEN = ("posenc_lesson.sinusoidal_offset_matrix", "posenc_lesson.rope_rotation_matrix",
@@ -64,44 +66,89 @@ def _offset_cos_sin(k: int, d: int, omega: Tensor | None = None) -> Tensor:
     return rows.T  # (D, D): R_k
 
 
-_OFFSET_SIGN = ("your matrix turns every pair the wrong way, k positions back: that is the block of "
-                "the lesson's M_k, made for pairs stored (sin, cos). With the cosine first, the same "
-                "forward turn puts the minus sign on the other side of the diagonal.")
-_OFFSET_SIGN_HINT = ("write cos((pos + k) w) and sin((pos + k) w) from the stored cos(pos w) and "
-                     "sin(pos w): which of the two new entries takes a minus sign, and in which row of "
-                     "the block does it sit?")
+def _mirror_cos_sin(k: int, d: int, omega: Tensor | None = None, sin_first: bool = False) -> Tensor:
+    """The fixed matrix X_k taking every row Q_pos of a table stored (cos, sin) per pair to Q_(k - pos),
+    the row mirrored about k/2: Q_(-pos) is Q_pos with every sine negated (a reflection D), then M'_k
+    moves it k positions on, so X_k = M'_k D, block [[cos kw, sin kw], [sin kw, -cos kw]] (det -1, a
+    mirror, not a rotation). ``sin_first``: the same map for pairs stored (sin, cos). (D, D) float64."""
+    flip = torch.ones(d, dtype=torch.float64)  # (D,)
+    flip[0 if sin_first else 1::2] = -1.0  # negate each pair's sine: pos -> -pos
+    forward = _offset_cos_sin(k, d, omega)  # (D, D): M'_k, (cos, sin) per pair
+    if sin_first:  # the same turn for pairs stored (sin, cos): swap each pair in and out
+        swap = torch.arange(d).view(-1, 2).flip(-1).flatten()  # (D,)
+        forward = forward[swap][:, swap]
+    return forward * flip  # (D, D): M'_k D, columns scaled by D's diagonal
+
+
+_MIRROR_NONE = "rotation.mirror_no_fixed_matrix"
+_MIRROR_NONE_TEXT = ("you returned None, no fixed matrix (if you meant a matrix, is a `return` missing?). "
+                     "pos -> k - pos runs the positions backwards, "
+                     "which no rotation does, but a matrix need not be a rotation: negating every sine "
+                     "already sends each row to the row at -pos.")
+_MIRROR_NONE_HINT = ("cos is even and sin is odd: which fixed matrix takes Q_pos to Q_(-pos)? And which "
+                     "one then moves a row k positions on?")
+
+
+def _mirror_judge(inner: Callable[[list, list], Judged]) -> Callable[[list, list], Judged]:
+    """``inner`` (a tensor judge), except that a None answer (no fixed matrix, the statement's way to
+    say so) is named ``rotation.mirror_no_fixed_matrix`` for its cases and scores 0 there."""
+    def judge(outputs: list, cases: list) -> Judged:
+        judged = inner(outputs, cases)
+        nones = [n for n, out in enumerate(outputs) if out is None]
+        if not nones:
+            return judged
+        per_case = list(judged.cases or [None] * len(cases))
+        for n in nones:
+            per_case[n] = _MIRROR_NONE
+        return Judged(judged.fraction, feedback(_MIRROR_NONE_TEXT, _MIRROR_NONE_HINT), _MIRROR_NONE, per_case)
+
+    judge.mistakes = (*inner.mistakes, _MIRROR_NONE)  # type: ignore[attr-defined]
+    judge.known = inner.known  # type: ignore[attr-defined]
+    judge.reference = inner.reference  # type: ignore[attr-defined]
+    return judge
+
 
 register(Task(
     id="03_offset_matrix",
     kind="derive",
-    title="Derive: the offset matrix of a table stored (cos, sin)",
+    title="Derive: the fixed matrix that mirrors a table's positions",
     points=3,
     entry="offset_matrix",
-    forbidden=_OFFSET_FORBIDDEN,
+    forbidden=(*_OFFSET_FORBIDDEN, "posenc_lesson.tasks.rotation._mirror_cos_sin",
+               "posenc_lesson.tasks.rotation._offset_cos_sin"),
     cases=lambda: [(1, 8), (5, 16), (-3, 8), (100, 4), (0, 6)],
     run=call,
-    judge=tensor_judge(_offset_cos_sin, [
-        Mistake(lambda k, d: _offset_cos_sin(-k, d), _OFFSET_SIGN, _OFFSET_SIGN_HINT,
-                id="rotation.offset_sign_flipped"),
-        Mistake(lambda k, d: _offset_cos_sin(k, d, _sinusoidal.sinusoidal_frequencies(d).double()),
+    judge=_mirror_judge(tensor_judge(_mirror_cos_sin, [
+        Mistake(lambda k, d: _offset_cos_sin(k, d),
+                "your matrix moves every row k positions on, to pos + k: that is M'_k, a rotation. The "
+                "row asked for is k - pos, which runs the other way as pos grows.",
+                "what does your matrix give for pos = 0 and pos = 1, and what should it give?",
+                id="rotation.mirror_forward_step"),
+        Mistake(lambda k, d: _offset_cos_sin(-k, d),
+                "your matrix moves every row k positions back, to pos - k: a rotation again. The row "
+                "asked for is k - pos, not pos - k.",
+                "k - pos = -(pos - k): what does negating a position do to its cosine and its sine?",
+                id="rotation.mirror_backward_step"),
+        Mistake(lambda k, d: _mirror_cos_sin(k, d, sin_first=True),
+                "your blocks negate the cosine channel: that is the mirror of a table stored (sin, cos), "
+                "as the paper's. Here channel 2i holds the cosine.",
+                "write cos((k - pos) w) and sin((k - pos) w) from cos(pos w) and sin(pos w): which entry "
+                "takes the minus sign?", id="rotation.mirror_sin_cos_storage"),
+        Mistake(lambda k, d: _mirror_cos_sin(k, d, _sinusoidal.sinusoidal_frequencies(d).double()),
                 "your frequencies are the paper's, 10000^(-2i/d_model); this table spaces them as "
                 "tensor2tensor and fairseq do, with the slowest pair at exactly 1/10000.",
                 "what is w_i of the last pair, i = d_model/2 - 1, in this table?",
                 id="rotation.offset_paper_frequencies"),
-        Mistake(lambda k, d: _offset(k, d),
-                "this is the lesson's M_k, built for the paper's table: its blocks turn (sin, cos) "
-                "pairs, and its frequencies are the paper's; this table differs in both.",
-                "which channel of a pair holds the cosine here, and how are the w_i spaced?",
-                id="rotation.offset_lesson_matrix_copied"),
-        Mistake(lambda k, d: half_block(_offset_cos_sin(k, d)),
+        Mistake(lambda k, d: half_block(_mirror_cos_sin(k, d)),
                 "your blocks pair channel i with i + d_model/2; the table pairs (2i, 2i+1).",
                 "put the 2x2 block of pair i at rows and columns 2i and 2i+1.",
                 id="rotation.half_layout_blocks"),
-        Mistake(lambda k, d: _offset_cos_sin(1, d),
-                "your matrix does not depend on k: it shifts by one position.",
-                "the angle of pair i is k * omega_i.", id="rotation.ignores_k"),
-    ], ("k", "d_model"), "the matrix is block-diagonal; block i acts on channels (2i, 2i+1), which hold "
-                         "(cos, sin) of pos * w_i, and turns the angle by k * w_i.", symptom=not_a_rotation),
+        Mistake(lambda k, d: _mirror_cos_sin(0, d),
+                "your matrix does not depend on k: it sends every row to the row at -pos, the mirror "
+                "about 0.", "the mirror is about k/2: where does the row at pos = 0 go?",
+                id="rotation.ignores_k"),
+    ], ("k", "d_model"), "one 2x2 block per pair on channels (2i, 2i+1), which hold (cos, sin) of pos * w_i; "
+                         "it must give cos and sin of (k - pos) * w_i.")),
     hidden=_hidden_offsets,
 ))
 

@@ -257,8 +257,7 @@ register(Task(
     run=call,
     judge=label_judge({label: (shows, mid) for label, (_, shows, mid) in _TABLE_BUGS.items()},
                       _table_bug_ref, "read the table's row 0 (which channel holds a sine, where position 0 "
-                      "is) and row 1 (the angle atan2(sin, cos) of each pair is w_i): which slip gives "
-                      "what you see?"),
+                      "is) and row 1 (what does it hold for each pair?): which slip gives what you see?"),
 ))
 
 
