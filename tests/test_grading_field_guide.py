@@ -200,6 +200,7 @@ def test_gemma_solution_passes_and_hidden_configs_keep_the_real_keys(seed):
     assert result.points == result.max_points, result.feedback
     texts = [c.get("text_config") or c for (c,) in cases]
     assert any("rope_scaling" in t for t in texts) and any("rope_scaling" not in t for t in texts)
+    assert any("rope_scaling" in c.get("text_config", {}) for (c,) in cases)  # a nested 4B/12B every seed
     for text in texts:
         real = next(r for r in fg.GEMMA3.values() if r["hidden_size"] == text["hidden_size"])
         assert {k: v for k, v in text.items() if k != "num_hidden_layers"} == {
@@ -284,6 +285,11 @@ def _answer(cause=None, fix=None):
 def test_a_wrong_cause_is_named_by_what_it_reveals(cause, mistake_id):
     result = assess(PORT, _visible(PORT, _answer(cause=cause)))
     assert result.mistake == mistake_id, result.feedback
+    if mistake_id.endswith("_missed") and mistake_id != "field_guide.prope_bug_missed":  # no cause given away
+        hidden = {"field_guide.prope_neox_missed": ("exponent", "neox"),
+                  "field_guide.prope_zeros_first_missed": ("zeros_first", "first pairs are still"),
+                  "field_guide.prope_every_pair_missed": ("every_pair", "never applied")}[mistake_id]
+        assert not any(word in result.feedback.lower() for word in hidden), result.feedback
     wrong = sum(m is not None for m in result.case_mistakes)
     assert result.points == pytest.approx(result.max_points * (1 - 0.5 * wrong / 4))
 

@@ -162,7 +162,7 @@ def test_the_shown_buggy_mrope_scores_zero_with_its_diagnosis():
     buggy = _namespace("11_fix_interleaved_mrope")["mrope_buggy"]
     points, _, feedback = _grade("11_fix_interleaved_mrope", buggy)
     assert points == 0
-    assert "your sections are chunked" in feedback
+    assert "your streams take chunks" in feedback and "3 * s1" not in feedback
 
 
 @pytest.mark.parametrize("cheat", [
@@ -246,6 +246,27 @@ def test_hidden_inputs_keep_the_stated_constraints():
             assert ((rates != 0).sum(dim=1) == 1).all()  # every pair turned by one coordinate
             forms.add("flux" if "axes_dims_rope" in config else "qwen")
         assert forms == {"flux", "qwen"}
+        kinds = [c.get("model_type", c.get("_class_name")) for (c,) in reading._read_cases(seed)]
+        assert kinds[:2] == ["FluxTransformer2DModel", "Flux2Transformer2DModel"]
+        assert kinds[2] in ("qwen2_vl", "qwen2_5_vl") and kinds[3] == "qwen3_vl"  # one case per form
+        qwen3 = reading._read_cases(seed)[3][0]["text_config"]
+        assert qwen3["hidden_size"] // qwen3["num_attention_heads"] != qwen3["head_dim"]
         for x, positions, section in topic._fix_cases(seed):
             assert sum(section) == x.shape[-1] // 2 and positions.shape == (3, x.shape[-2])
             assert 3 * section[1] <= sum(section) and 3 * section[2] <= sum(section)
+
+
+@pytest.mark.parametrize("knob", [{"interleaved": False}, {"head_from_hidden": True}, {"base": 10_000.0}])
+def test_each_config_misreading_loses_points_on_every_hidden_seed(knob):
+    """One config per form on every seed: no misreading the lesson warns about passes a grading run."""
+    for seed in range(1, 41):
+        cases = reading._read_cases(seed)
+        outs = [reading._rates(c, **knob) for (c,) in cases]
+        points, maximum, _ = score("11_read_rotary_config", outs, cases)
+        assert points < maximum, (seed, knob)
+
+
+def test_the_fix_feedback_points_at_section_9_without_stating_the_rule():
+    for mistake in topic._FIX_MISTAKES[:3]:
+        said = mistake.diagnosis + mistake.hint
+        assert "3 * s" not in said and "% 3" not in said and "section 9" in said, mistake.id

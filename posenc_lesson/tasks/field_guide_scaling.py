@@ -223,15 +223,14 @@ _CAUSE_SAID = {  # id: (what the wrong cause shows, hint)
         "you passed a port that is wrong: its frequencies differ from proportional RoPE's for this config.",
         "compare the port with your fix entry by entry."),
     "field_guide.prope_neox_missed": (
-        "you missed the exponent bug: this port's still pairs sit where they should and are as many as they "
-        "should be; what is off is how fast its turning pairs turn (slower than a full-width RoPE's).",
-        "divide the port's turning frequencies by a full-width RoPE's: are the ratios 1?"),
+        "the cause you named does not fit this port: that bug would give other frequencies here.",
+        "compare port_theta with your fix entry by entry, the turning pairs as well as the still ones."),
     "field_guide.prope_zeros_first_missed": (
-        "you missed where this port's zeros are: its first pairs are still, so its fastest pairs carry no "
-        "position.", "look at port_theta[0]: the fastest pair of any RoPE turns by 1 radian per token."),
+        "the cause you named does not fit this port: that bug would give other frequencies here.",
+        "compare the first entries of port_theta with the first entries of your fix."),
     "field_guide.prope_every_pair_missed": (
-        "you missed that this port has no still pair at all: partial_rotary_factor was never applied.",
-        "count the port's zeros and compare with the pairs p leaves unrotated."),
+        "the cause you named does not fit this port: that bug would give other frequencies here.",
+        "count the entries of port_theta that are 0, and those of your fix."),
 }
 
 
@@ -256,7 +255,10 @@ def _prope_judge(outputs: list, cases: list) -> Judged:
         if isinstance(cause, str) and cause.strip() == truth:
             return None, ""
         wrong = _cause_reasoning(truth, cause)
-        return wrong, feedback(*_CAUSE_SAID[wrong])
+        said, hint = _CAUSE_SAID[wrong]
+        if wrong.endswith(("neox_missed", "zeros_first_missed", "every_pair_missed")):
+            said = f"you named {cause.strip()!r}, but that bug would give other frequencies for this port."
+        return wrong, feedback(said, hint)
 
     return cause_and_fix(outputs, cases, pair=("cause", "theta"), unit="ports", done="diagnosed and fixed",
                          cause_of=cause_of, fix_of=lambda theta, case: _FIX_JUDGE([theta], [case[:3]]),

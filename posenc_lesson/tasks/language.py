@@ -310,6 +310,11 @@ _PI_MISTAKES = [
               "the curve whose positions all lie past it.",
               "a bin is read by its first position, k * bin_size.",
               id="language.pi_offset_not_bin") for how in ("offset", "ceil")),
+    Mistake(lambda d, b, n, s: torch.tensor(float(s * math.ceil(n / s)), dtype=torch.float64),
+            "you put the break at the first bin at or past train_length, where the sinusoidal model breaks "
+            "(a position it never saw); RoPE sees offsets, and every offset up to L - 1 was trained.",
+            "which pair first reaches, at an offset past L - 1, an angle that matters and training never "
+            "showed, and at what offset?", id="language.pi_break_at_train_length"),
     Mistake(lambda d, b, n, s: _pi_break(d, b, n, s, binned="containing"),
             "you returned the bin that contains the crossing: its first positions still lie before it.",
             "the bin whose every position lies past the crossing starts one bin later.",

@@ -358,18 +358,20 @@ def _fix_cases(seed: int = 0) -> list[tuple]:
 
 _FIX_MISTAKES = [
     Mistake(lambda x, p, s: _by_streams(x, p, s, streams=_mrope.mrope_streams(s)),
-            "your sections are chunked (time takes the first s0 pairs, height the next s1, width the last "
-            "s2), Qwen2-VL's form; Qwen3-VL interleaves them.",
-            "pair j reads stream 1 if j % 3 == 1 and j < 3 * s1, stream 2 if j % 3 == 2 and j < 3 * s2, "
-            "stream 0 otherwise.", id="multi_axis.mrope_chunked_for_interleaved"),
+            "your streams take chunks of consecutive pairs, as the colleague's code does (Qwen2-VL's form); "
+            "that is not how Qwen3-VL shares its pairs out.",
+            "lesson 11, section 9 prints which stream each pair reads for (24, 20, 20): does your stream "
+            "follow it, and what in the section sets each stream's share?",
+            id="multi_axis.mrope_chunked_for_interleaved"),
     Mistake(lambda x, p, s: _by_streams(x, p, s, streams=_interleave_order(s)),
-            "your interleaving goes time, width, height; Qwen3-VL's goes time, height, width.",
-            "j % 3 == 1 is height (stream 1), j % 3 == 2 is width (stream 2).",
+            "your interleaving goes time, width, height; Qwen3-VL's cycle has another order.",
+            "section 9 names the cycle's order: which stream comes right after time?",
             id="multi_axis.mrope_interleave_order"),
     Mistake(lambda x, p, s: _by_streams(x, p, s, streams=_no_limit(s)),
-            "you cycle time, height, width over every pair; the cycle stops at 3 * s1 (height) and "
-            "3 * s2 (width), and the last pairs belong to time.",
-            "height only where j < 3 * s1, width only where j < 3 * s2.",
+            "you cycle the streams over every pair; in section 9's printout for (24, 20, 20) the cycle "
+            "does not run to the last pair.",
+            "section 9's cycle for (24, 20, 20) ends at pair 59: what in the section sets that end, and "
+            "where does it fall for another section?",
             id="multi_axis.mrope_interleave_no_limit"),
     Mistake(lambda x, p, s: _by_streams(x, p, s, layout="interleaved"),
             "your pairs are (2j, 2j + 1); Qwen-VL's text rotary uses rotate_half, pairs (j, j + Dh/2).",
