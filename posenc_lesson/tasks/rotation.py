@@ -111,7 +111,7 @@ def _mirror_judge(inner: Callable[[list, list], Judged]) -> Callable[[list, list
 register(Task(
     id="03_offset_matrix",
     kind="derive",
-    title="Derive: the fixed matrix that mirrors a table's positions",
+    title="Derive: from the row at pos to the row at k - pos",
     points=3,
     entry="offset_matrix",
     forbidden=(*_OFFSET_FORBIDDEN, "posenc_lesson.tasks.rotation._mirror_cos_sin",
@@ -199,7 +199,7 @@ _SHIFT_BUGS = {
                           "would still be right and the slow pairs would turn too far",
                           "rotation.shift_misread_i_over_d"),
     "half_layout": (lambda k, d: half_block(_offset(k, d)), "blocks on channels (i, i + d_model/2) would "
-                    "mix the sine of one pair with the sine of another",
+                    "mix channels of two different pairs",
                     "rotation.shift_misread_half_layout"),
     "ignores_k": (lambda k, d: _offset(1, d), "a shift that ignores k turns every pair by w_i, one "
                   "position, whatever k is", "rotation.shift_misread_ignores_k"),
@@ -292,7 +292,7 @@ register(question(
     entry="answer_03_concat_step", forbidden=("posenc_lesson.tasks.rotation._concat_step",),
     judge=choice_judge(_CONCAT_STEPS, _concat_step, [
         Misconception("a", "you expect the layout not to matter; M_k mixes channels 2i and 2i+1, which in "
-                      "the concatenated table hold the sines of two different pairs.",
+                      "the concatenated table hold channels of two different pairs.",
                       "in the concatenated table, which channel holds the cosine that goes with the sine "
                       "in channel i?", id="rotation.concat_layout_ignored"),
         Misconception("b", "you expect moving a pair's channels apart to turn its rotation the other way; "
