@@ -344,11 +344,11 @@ def _fix_cases(seed: int = 0) -> list[tuple]:
                  ((2, 128), (3, (1, 2, 2), 1), (24, 20, 20))]
     else:
         specs = []
-        for _ in range(3):
-            s1 = draw(g, 1, 6)
-            section = (s1 + draw(g, 0, 4), s1, s1)
-            specs.append(((draw(g, 1, 2), 2 * sum(section)), (draw(g, 1, 3), (draw(g, 1, 2), draw(g, 1, 3),
-                                                                                draw(g, 2, 3)), 1), section))
+        for n in range(3):  # the first: pairs past 3 s1 + 1 and rows of height, where a cycle without
+            s1 = draw(g, 1, 6)  # an end (j % 3 over every pair) reads height where time belongs
+            section = (s1 + draw(g, 2 if n == 0 else 0, 4), s1, s1)
+            specs.append(((draw(g, 1, 2), 2 * sum(section)), (draw(g, 1, 3), (draw(g, 1, 2), draw(
+                g, 2 if n == 0 else 1, 3), draw(g, 2, 3)), 1), section))
     cases = []
     for (heads, dh), (a, block, b), section in specs:
         pos = _mrope.mrope_positions([a, block, b])  # (3, T)
@@ -368,8 +368,8 @@ _FIX_MISTAKES = [
             "section 9 names the cycle's order: which stream comes right after time?",
             id="multi_axis.mrope_interleave_order"),
     Mistake(lambda x, p, s: _by_streams(x, p, s, streams=_no_limit(s)),
-            "you cycle the streams over every pair; in section 9's printout for (24, 20, 20) the cycle "
-            "does not run to the last pair.",
+            "on this case your streams keep cycling past the pair where Qwen3-VL's cycle ends; where it "
+            "ends depends on the section (for (24, 20, 20), section 9's printout, at pair 59).",
             "section 9's cycle for (24, 20, 20) ends at pair 59: what in the section sets that end, and "
             "where does it fall for another section?",
             id="multi_axis.mrope_interleave_no_limit"),
