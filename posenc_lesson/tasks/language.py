@@ -273,11 +273,12 @@ def _pi_cases(seed: int = 0) -> list[tuple]:
         theta = _rope.rope_frequencies(head_dim, base, dtype=torch.float64).tolist()
         pair = draw(g, 1, len(theta) - 1)
         low, high = math.ceil(math.pi / theta[pair - 1]), math.floor(math.pi / theta[pair])  # L - 1 range
-        if high < max(low, 2 * bin_size - 1):
-            continue
+        if high < max(low, 2 * bin_size - 1) or (len(cases) == 4 and pair == len(theta) - 1):
+            continue  # (the last case needs a pair after it: at L its own pair has turned past pi)
         largest = high if len(cases) == 4 else draw(g, max(low, 2 * bin_size - 1), high)  # L - 1
         case = (head_dim, base, largest + 1, bin_size)  # the last: L - 1 just short of the crossing
-        if _pi_case_ok(*case):
+        at_l = bin_size * math.ceil(case[2] / bin_size)  # the first bin at or past L: not the answer but last
+        if _pi_case_ok(*case) and (len(cases) == 4 or float(_pi_break_ref(*case)) > at_l):
             cases.append(case)
     return cases
 

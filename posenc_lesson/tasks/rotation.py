@@ -83,10 +83,9 @@ def _mirror_cos_sin(k: int, d: int, omega: Tensor | None = None, sin_first: bool
 _MIRROR_NONE = "rotation.mirror_no_fixed_matrix"
 _MIRROR_NONE_TEXT = ("you returned None, no fixed matrix (if you meant a matrix, is a `return` missing?). "
                      "pos -> k - pos runs the positions backwards, "
-                     "which no rotation does, but a matrix need not be a rotation: negating every sine "
-                     "already sends each row to the row at -pos.")
-_MIRROR_NONE_HINT = ("cos is even and sin is odd: which fixed matrix takes Q_pos to Q_(-pos)? And which "
-                     "one then moves a row k positions on?")
+                     "which no rotation does; but is every fixed matrix a rotation?")
+_MIRROR_NONE_HINT = ("write cos((k - pos) w) and sin((k - pos) w) from cos(pos w) and sin(pos w): does pos "
+                     "appear in the coefficients?")
 
 
 def _mirror_judge(inner: Callable[[list, list], Judged]) -> Callable[[list, list], Judged]:
