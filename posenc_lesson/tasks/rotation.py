@@ -295,16 +295,14 @@ register(question(
                       "in the concatenated table, which channel holds the cosine that goes with the sine "
                       "in channel i?", id="rotation.concat_layout_ignored"),
         Misconception("b", "you expect moving a pair's channels apart to turn its rotation the other way; "
-                      "only swapping a pair's sine and cosine mirrors its block. Moving the pair keeps the "
-                      "sine before the cosine, so each block keeps its signs.",
+                      "does moving a pair change which of its channels holds the sine?",
                       "write sin((pos + k) w_i) and cos((pos + k) w_i) from channels i and i + d_model/2: "
                       "where does the minus sign go?", id="rotation.concat_reorder_flips_direction"),
-        Misconception("d", "you expect a rotation to need its two channels side by side; the concatenated "
-                      "table is P PE for one fixed permutation P of the channels, so P M_k P^T is one "
-                      "fixed matrix, the same at every position.",
+        Misconception("d", "you expect a rotation to need its two channels side by side; is the "
+                      "concatenated table a fixed rearrangement of the paper's?",
                       "if M_k moves the paper's rows, what moves P times them?",
                       id="rotation.concat_needs_neighbours"),
-    ], "the concatenated table is P PE with P a fixed permutation of the channels: its step is P M_k P^T.")))
+    ], "is the concatenated table a fixed rearrangement of the paper's channels? Then what moves its rows?")))
 
 
 _TRACE_K, _TRACE_WIDTH = 5, 64  # the offset matrix M_5 of a d_model = 64 table
