@@ -161,6 +161,13 @@ def _prope_cause(head_dim: int, p: float, base: float, port_theta: Tensor) -> st
     return next(c for c in PROPE_CAUSES if close(port, _port_theta(head_dim, p, base, c).double()))
 
 
+def _told_apart(head_dim: int, p: float, base: float) -> bool:
+    """Whether the four causes' ports differ beyond the judge's tolerance: with base 1e7 a wide head's
+    slowest pairs turn slower than 1e-5 rad per token, so a port that never read p looks right."""
+    ports = [_port_theta(head_dim, p, base, c).double() for c in PROPE_CAUSES]
+    return not any(close(a, b) for i, a in enumerate(ports) for b in ports[i + 1:])
+
+
 def _prope_cases(seed: int = 0) -> list[tuple]:
     """(head_dim, partial_rotary_factor, base, port_theta): each cause once, in a drawn order; at least
     two turning pairs and one still pair, so that every cause gives other frequencies."""
@@ -173,9 +180,9 @@ def _prope_cases(seed: int = 0) -> list[tuple]:
     for j in torch.randperm(len(PROPE_CAUSES), generator=g).tolist():
         while True:
             d, p = 4 * draw(g, 2, 64), pick(g, (0.125, 0.25, 0.3, 0.5, 0.75))
-            if 2 <= int(p * d // 2) < d // 2:
+            b = float(pick(g, (1e4, 5e5, 1e6, 1e7)))
+            if 2 <= int(p * d // 2) < d // 2 and _told_apart(d, p, b):
                 break
-        b = float(pick(g, (1e4, 5e5, 1e6, 1e7)))
         cases.append((d, p, b, _port_theta(d, p, b, PROPE_CAUSES[j])))
     return cases
 
