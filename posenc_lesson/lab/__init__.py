@@ -3,6 +3,7 @@
     model        TinyDecoder: a tiny causal Transformer, position scheme chosen by name (SCHEMES)
     copy_task    the copy task (BOS x1..xn SEP x1..xn): copy_batch, with loss only on the copy
     train        training and evaluation with a progress bar
+    jobs         a lab's models trained one after the other or several at once, one process each
     experiments  the length-extrapolation lab: python -m posenc_lesson.lab.experiments
                  (what `make experiments` runs) rewrites its CSV in notebooks/
     analysis     why a copy model fails past L: its accuracy by copy offset and by absolute position

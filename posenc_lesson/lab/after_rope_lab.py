@@ -38,20 +38,18 @@ import argparse
 import dataclasses
 import functools
 import math
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import _checks
 from .after_rope_attention import AFTER_ROPE_SCHEMES, AfterRopeDecoder, check_after_rope_scheme
 from .experiments import write_csv as _write_csv
+from .jobs import keep_freed_memory, run_jobs
 from .lm_corpus import VOCAB_SIZE, ByteCorpus, load_corpus, window_losses
-from .lm_lab import CSV_COLUMNS, TIMING_COLUMNS, LMConfig, LMResult, _eval_batch, _keep_freed_memory, series
+from .lm_lab import CSV_COLUMNS, TIMING_COLUMNS, LMConfig, LMResult, _eval_batch, series
 from .lm_lab import FAST as LM_FAST
 from .lm_lab import FULL as LM_FULL
 from .lm_probes import measure_memory
@@ -153,28 +151,8 @@ def run_after_rope_lab(config: LMConfig = FULL, *, csv_path: str | Path | None =
     workers = _checks.positive_int("workers", workers)
     jobs = [(scheme, seed) for seed in config.seeds for scheme in config.schemes]
     start = time.perf_counter()
-    if workers == 1 or len(jobs) == 1:
-        before = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            done = [_train_one(config, scheme, seed, progress=progress) for scheme, seed in jobs]
-        finally:
-            torch.set_num_threads(before)
-    else:
-        context = multiprocessing.get_context("spawn")  # a forked child of a torch process can deadlock
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
-                                 initializer=_keep_freed_memory) as pool:
-            futures = [pool.submit(_train_one, config, scheme, seed, progress=False, threads=threads)
-                       for scheme, seed in jobs]
-            bar = tqdm(total=len(jobs), desc=f"{len(jobs)} byte models, {workers} at a time",
-                       disable=not progress)
-            for future in futures:
-                future.result()
-                bar.n = sum(f.done() for f in futures)
-                bar.refresh()
-            bar.close()
-            done = [f.result() for f in futures]
+    done = run_jobs(_train_one, config, jobs, progress=progress, threads=threads, workers=workers,
+                    unit="byte models", initializer=keep_freed_memory)
     result = LMResult(config, seconds=0.0)
     for (scheme, seed), (state, losses, rows, timing) in zip(jobs, done, strict=True):
         model = build_after_rope(config, scheme, seed)

@@ -43,20 +43,18 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import multiprocessing
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import _checks
 from .analysis import CELLS, accuracy_grid, cell_means
 from .copy_task import FIRST_SYMBOL, copy_batch
+from .jobs import run_jobs
 from .model import SCHEMES, TinyDecoder, check_scheme
 from .train import evaluate, train
 
@@ -186,27 +184,7 @@ def run_lab(config: LabConfig = FULL, *, csv_path: str | Path | None = None,
     workers = _checks.positive_int("workers", workers)
     jobs = [(scheme, seed) for seed in config.seeds for scheme in config.schemes]
     result = LabResult(config)
-    if workers == 1 or len(jobs) == 1:
-        before = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            done = [_train_one(config, scheme, seed, progress=progress) for scheme, seed in jobs]
-        finally:
-            torch.set_num_threads(before)
-    else:
-        # spawn, not fork: a forked child of a process that already ran torch can deadlock
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
-            futures = [pool.submit(_train_one, config, scheme, seed, progress=False, threads=threads)
-                       for scheme, seed in jobs]
-            bar = tqdm(total=len(jobs), desc=f"{len(jobs)} models, {workers} at a time", disable=not progress)
-            for future in futures:
-                future.result()  # waits in job order; the bar counts what has finished
-                bar.n = sum(f.done() for f in futures)
-                bar.refresh()
-            bar.close()
-            done = [f.result() for f in futures]
+    done = run_jobs(_train_one, config, jobs, progress=progress, threads=threads, workers=workers)
     for (scheme, seed), (state, losses, rows, grid) in zip(jobs, done, strict=True):
         model = build_model(config, scheme, seed)
         model.load_state_dict(state)

@@ -43,21 +43,18 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import ctypes
 import functools
-import multiprocessing
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import _checks
 from .experiments import write_csv as _write_csv
+from .jobs import keep_freed_memory, run_jobs
 from .lm_corpus import VOCAB_SIZE, ByteCorpus, evaluate_bpb, load_corpus, window_losses
 from .lm_probes import fill_untrained_buckets, measure_memory
 from .model import SCHEMES, TinyDecoder, check_scheme
@@ -202,23 +199,6 @@ def evaluate_lm(model: TinyDecoder, config: LMConfig, scheme: str, seed: int) ->
     return rows
 
 
-def _keep_freed_memory() -> None:
-    """A worker's initializer: glibc keeps the memory a tensor frees for the next one (mallopt).
-
-    By default glibc hands every block over its mmap threshold (at most 32 MiB) back to the kernel when
-    it is freed, so the next tensor of that size is fresh pages, zeroed in page faults: in the full lab,
-    43 million page faults, 93 of its 840 CPU seconds in system time. As benchmarks/run.py's MALLOC_ENV
-    (and any caching allocator) does, the thresholds go up to 256 MiB. The numbers do not change
-    (PyTorch aligns every CPU tensor to 64 bytes either way). Not glibc: nothing to do."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    libc.mallopt(m_trim_threshold, 256 << 20)
-    libc.mallopt(m_mmap_threshold, 256 << 20)
-
-
 def _eval_batch(length: int) -> int:
     """Windows per forward pass when evaluating at T = length: 32, fewer past T = EVAL_TOKENS / 32.
     At T = 8L, 32 windows make (32, 4, 512, 512) attention scores, 128 MiB a tensor; 8 windows do the
@@ -307,28 +287,8 @@ def run_lm_lab(config: LMConfig = FULL, *, csv_path: str | Path | None = None,
     workers = _checks.positive_int("workers", workers)
     jobs = [(scheme, seed) for seed in config.seeds for scheme in config.schemes]
     start = time.perf_counter()
-    if workers == 1 or len(jobs) == 1:
-        before = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            done = [_train_one(config, scheme, seed, progress=progress) for scheme, seed in jobs]
-        finally:
-            torch.set_num_threads(before)
-    else:
-        context = multiprocessing.get_context("spawn")  # a forked child of a torch process can deadlock
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context,
-                                 initializer=_keep_freed_memory) as pool:
-            futures = [pool.submit(_train_one, config, scheme, seed, progress=False, threads=threads)
-                       for scheme, seed in jobs]
-            bar = tqdm(total=len(jobs), desc=f"{len(jobs)} byte models, {workers} at a time",
-                       disable=not progress)
-            for future in futures:
-                future.result()
-                bar.n = sum(f.done() for f in futures)
-                bar.refresh()
-            bar.close()
-            done = [f.result() for f in futures]
+    done = run_jobs(_train_one, config, jobs, progress=progress, threads=threads, workers=workers,
+                    unit="byte models", initializer=keep_freed_memory)
     result = LMResult(config, seconds=0.0)
     for (scheme, seed), (state, losses, rows, timing, tuned_states) in zip(jobs, done, strict=True):
         model = build_lm(config, scheme, seed)
