@@ -170,7 +170,7 @@ class Grader:
                         if time.monotonic() >= deadline:
                             break
                         results[task_id], gone = self._test(kernel, ex, plan, task_id, cell_notes, deadline,
-                                                            cell_ids)
+                                                            cell_ids, later=pending[1:])
                         pending.remove(task_id)
                         if gone:
                             break
@@ -248,14 +248,16 @@ class Grader:
                     "interrupted; its kernel was killed and the cell skipped")
         return f"was stopped after {self.limits.cell_timeout:g} s (the per-cell time limit)"
 
-    def _gate(self, kernel: Kernel, inside: str, path: Path, task_id: str,
-              deadline: float) -> tuple[TaskResult, bool] | None:
-        """Before the job file exists: ``in_kernel.gate`` stubs what the task forbids and refuses the
-        task while a thread or process the learner started is alive (it could read the job and
+    def _gate(self, kernel: Kernel, inside: str, path: Path, task_id: str, deadline: float,
+              later: list[str] = ()) -> tuple[TaskResult, bool] | None:
+        """Before the job file exists: ``in_kernel.gate`` stubs what the task forbids, drops the
+        original code of what ``later`` tasks forbid too (no task left may call it), and refuses
+        the task while a thread or process the learner started is alive (it could read the job and
         forge the outputs). None when the job may be written."""
         forbidden, families = self.task_forbidden(task_id)
+        drop = [e for e in forbidden if all(e in self.task_forbidden(t)[0] for t in later)]
         code = (f"import posenc_lesson.harness.in_kernel as _g; "
-                f"_g.gate({inside!r}, {forbidden!r}, {families!r}); del _g")
+                f"_g.gate({inside!r}, {forbidden!r}, {families!r}, {drop!r}); del _g")
         reply = kernel.run(code, self.limits.cell_timeout, deadline)
         if reply.status == "died":
             return self._zero(task_id, f"preparing the test crashed the kernel ({_death(reply)})",
@@ -276,14 +278,15 @@ class Grader:
         return self._zero(task_id, f"not tested: {refusal_text(saved)}", "generic.forbidden_call"), False
 
     def _test(self, kernel: Kernel, ex: Exercise, plan: Plan, task_id: str, cell_notes: dict[int, str],
-              deadline: float, cell_ids: dict[int, str]) -> tuple[TaskResult, bool]:
-        """Take the task's outputs out of the kernel and score them here. Returns (result, kernel gone)."""
+              deadline: float, cell_ids: dict[int, str], later: list[str] = ()) -> tuple[TaskResult, bool]:
+        """Take the task's outputs out of the kernel and score them here (``later``: the tasks this
+        kernel tests after it). Returns (result, kernel gone)."""
         task = self.checks.TASKS[task_id]
         cases = self.hidden(task_id)
         inside, path = kernel.path(f"outputs-{task_id}.pt")
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
-        refused = self._gate(kernel, inside, path, task_id, deadline)
+        refused = self._gate(kernel, inside, path, task_id, deadline, later)
         if refused is not None:
             return refused
         try:  # the inputs, as data, just before the run (nothing of the learner's is running: the gate)

@@ -18,6 +18,13 @@ reaches the original while the task runs; the others run the original. Under the
 stub's call is recorded as the forbidden function's own (its code has the function's file and
 name, and is counted as the library's: ``watch.trust``), so the feedback names it.
 
+The grader tests the tasks only after every cell of the notebook has run. Before each task its
+``gate`` calls ``drop_originals`` with what this task and every task after it forbid: those
+stubs raise for good, and their original code objects (with the code nested in them) leave the
+dispatcher and the watch's table of the library's code, so nothing in the process holds them.
+A function that a later task still allows keeps its original until then (in one process the
+originals of what one task forbids and another allows cannot all be dropped before the first).
+
 Torch's ready-made attention is C code, whose code cannot be replaced: while a task that forbids
 it is graded, every operator of that family (``torch.ops.aten.scaled_dot_product_attention``, the
 fused and math kernels, ``_native_multi_head_attention``, ...) gets a kernel that raises, in
@@ -118,13 +125,14 @@ def entries(spec_of: Any, task_ids: Any) -> list[list[str]]:
 
 def activate(entries: list | None, torch_families: list | tuple = ()) -> list[str]:
     """Make only the stubs ``entries`` names raise, for every caller (None: every stub, as after
-    ``disarm``); the others run the original. Torch's ready-made operators of ``torch_families``
-    (``watch.TORCH_FAMILIES``: "attention") raise as well, in torch's dispatcher, while the task
+    ``disarm``); the others run the original, except those ``drop_originals`` dropped (they raise
+    for good). Torch's ready-made operators of ``torch_families`` (``watch.TORCH_FAMILIES``:
+    "attention") raise as well, in torch's dispatcher, while the task
     is graded (``_refuse_shortcuts``). Returns the names of the raising stubs."""
     wanted = None if entries is None else [tuple(e) for e in entries]
     _active.clear()
     for key, (rel, qual, name) in _stubbed.items():
-        if wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]):
+        if key in _gone or wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]):
             _active[key] = name
     _refuse_shortcuts(set(torch_families))
     return sorted(_active.values())
@@ -166,6 +174,9 @@ _KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA"
 
 _stubbed: dict[int, tuple[str, str, str]] = {}  # id(original code) -> (file, qualname, full name)
 _active: dict[int, str] = {}  # the stubs that raise for the task being graded
+_originals: list[dict] = []  # the dispatchers' tables of original code (one per disarm call)
+_made: list[dict] = []  # the functions the dispatchers rebuilt from it
+_gone: set[int] = set()  # the stubs whose original drop_originals dropped: they raise for good
 
 
 def disarm(entries: list) -> list[str]:
@@ -173,6 +184,7 @@ def disarm(entries: list) -> list[str]:
     watch spec) names; return their names. The grader's rooms are never touched."""
     wanted = [tuple(e) for e in entries]
     originals: dict[int, tuple[types.CodeType, Any]] = {}
+    _originals.append(originals)
     done: list[str] = []
     dispatch = _dispatcher(originals)
     for name, module in sorted(sys.modules.items()):
@@ -204,12 +216,14 @@ def disarm(entries: list) -> list[str]:
 
 def _dispatcher(originals: dict[int, tuple[types.CodeType, Any]]) -> Any:
     made: dict[int, Any] = {}
+    _made.append(made)
 
     def dispatch(key: int, args: tuple, kwargs: dict) -> Any:
+        if key in _active or key not in originals:
+            name = _stubbed[key][2] if key in _stubbed else "this library function"
+            raise Disarmed(f"{name} is not available while posenc-grade grades this exercise: the task "
+                           "asks you to write it yourself")
         code, fn = originals[key]
-        if key in _active:
-            raise Disarmed(f"{fn.__module__}.{code.co_qualname} is not available while posenc-grade "
-                           "grades this exercise: the task asks you to write it yourself")
         real = made.get(key)
         if real is None:
             real = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
@@ -218,3 +232,33 @@ def _dispatcher(originals: dict[int, tuple[types.CodeType, Any]]) -> Any:
         return real(*args, **kwargs)
 
     return dispatch
+
+
+def drop_originals(entries: list | None = None) -> int:
+    """Let the stubs ``entries`` names ([[file, qualname], ...]; None: every stub) raise for good,
+    for every caller, and drop their original code, with the code nested in it, from this
+    process's tables (the dispatchers', the functions they rebuilt, the watch's table of the
+    library's code). ``in_kernel.gate`` calls it before each task with what that task and every
+    later one forbid. Returns how many stubs lost their original now."""
+    wanted = None if entries is None else [tuple(e) for e in entries]
+    keys = [key for key, (rel, qual, _name) in _stubbed.items() if key not in _gone and (
+        wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]))]
+    gone: dict[int, types.CodeType] = {}
+
+    def nested(code: types.CodeType) -> None:
+        gone[id(code)] = code
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType) and id(const) not in gone:
+                nested(const)
+
+    for key in keys:
+        _gone.add(key)
+        _active[key] = _stubbed[key][2]
+        for originals in _originals:
+            if key in originals:
+                nested(originals.pop(key)[0])
+        for made in _made:
+            made.pop(key, None)
+    watch.forget(gone)
+    gone.clear()
+    return len(keys)

@@ -226,6 +226,7 @@ def install(checks_module: str | None = None, disarmed: list | None = None, *, r
     disarm.activate([])  # until the first task: the course's cells run the originals
     _state["refusal"] = alone.refusal  # our references: the learner's code may rebind the modules' names
     _state["activate"] = disarm.activate
+    _state["drop"] = disarm.drop_originals
     alone.install()
 
 
@@ -234,15 +235,19 @@ def prepare() -> None:
     (kept for graders that call it before each harvest)."""
 
 
-def gate(out: str, forbidden: list | None = None, torch_families: list | tuple = ()) -> None:
-    """Before the grader writes a task's job file: let only the stubs this task forbids raise
-    (``forbidden``: its entries, ``disarm.task_entries``; None: all of them; ``torch_families``:
+def gate(out: str, forbidden: list | None = None, torch_families: list | tuple = (),
+         drop: list | tuple = ()) -> None:
+    """Before the grader writes a task's job file: drop the originals of ``drop`` (what this task
+    and every later one forbid: ``disarm.drop_originals``), let only the stubs this task forbids
+    raise (``forbidden``: its entries, ``disarm.task_entries``; None: all of them; ``torch_families``:
     torch's shortcuts it forbids, "attention"), and save {"refused": what} to ``out`` while a
     thread or process the learner started is alive (``alone.refusal``: data; the grader words
     it). The job's inputs are not on disk yet, so a thread left by the notebook's cells has
     nothing to answer; the grader writes the job only when ``out`` stays absent."""
     _state["setprofile"](None)
     _state["settrace"](None)
+    if drop:
+        _state["drop"](list(drop))  # no later task allows these: their original code leaves the process
     _state["activate"](forbidden, torch_families)
     why = _state["refusal"]()
     if why is not None:

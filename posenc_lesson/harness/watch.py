@@ -111,6 +111,15 @@ def trust(code: Any, rel: str) -> None:
     codes[id(code)] = (code, rel)
 
 
+def forget(codes: dict[int, Any]) -> None:
+    """Take ``codes`` (id -> code object) out of the library's table (``disarm.drop_originals``:
+    code nothing may run again). Code made later with a forgotten id is the learner's, as any."""
+    table = _state.get("codes", {})
+    for key, code in codes.items():
+        if key in table and table[key][0] is code:
+            del table[key]
+
+
 def _library_codes() -> dict[int, tuple[Any, str]]:
     """Every code object of the loaded library modules' functions, methods, properties and
     wrapped functions, and the code nested in them, each with its file (``_file_kind``)."""
