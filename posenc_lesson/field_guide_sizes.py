@@ -6,6 +6,8 @@ applies them). Taught in notebooks/12_field_guide.ipynb.
 
 from __future__ import annotations
 
+import math
+
 AXIAL = {  # rope_type "axial" (vision towers): the width each axis's frequencies are computed for, from the
     # head width D, and whether the two axes take alternate frequencies of one table (Pixtral)
     "2 axes": lambda d: (d // 2, False),  # Qwen2-VL and most towers: h and w each D/2 channels
@@ -109,6 +111,8 @@ def table_size(cfg: dict, entry: dict, config: dict | None = None) -> int | None
         value = GRID_TABLES[table["key"]][0](src)
     else:
         value = src.get(table["key"])
+        if isinstance(value, list) and value and all(isinstance(x, int) and x > 0 for x in value):
+            value = math.prod(value)  # a grid of rows named by its sides: SAM 2's background table (7, 7)
     count = src.get(table["count"]) if table.get("count") else 0
     if isinstance(value, bool) or not isinstance(value, int) or not isinstance(count, int):
         return None

@@ -237,7 +237,7 @@ SIZE_KEYS = tuple(
         + list(types_.COUNT_KEYS)
     )
 )
-MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$")
+MORE_TABLE_KEYS = re.compile(r"^max_\w*(pos|len|length|tokens|seq)\w*$|^n_ctx\w*$|^\w*positional\w*_size$")
 
 
 def table_rule(rec: dict, text: dict) -> dict | None:

@@ -71,6 +71,7 @@ REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled 
     "topk_group": lambda c: 1,
     "mlp_layer_types": lambda c: ["dense"] * c.num_hidden_layers,
     "vocabulary_map": lambda c: {},
+    "dropout_rate": lambda c: 0.0,  # a rate the parent config copies in (T5Gemma 2's encoder text config)
 }
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 
@@ -105,8 +106,8 @@ CHECKPOINT_HEAD_DIM = 128  # the head width GLM-4.5(-Air), GLM-4.5V and Qwen3-Om
 
 
 def fit_head_width(cfg, depth: int = 3) -> list[str]:
-    """A RoPE config (or sub-config) that sets no head_dim and whose hidden_size / num_attention_heads, times
-    its partial_rotary_factor, is no even integer (GLM-4-MoE's default 4096 / 96, Qwen3-Omni's 2048 / 28):
+    """A RoPE config (or sub-config) that sets no head_dim and whose hidden_size // num_attention_heads, times
+    its partial_rotary_factor and rounded down, is odd (GLM-4-MoE 4096 / 96, Qwen3-Omni 2048 / 28):
     its modeling code builds heads of a width no checkpoint has and rotates an odd number of channels. Set
     head_dim as the released checkpoints of these families do (explicitly, 128). The configs changed."""
     filled = []
@@ -122,8 +123,8 @@ def fit_head_width(cfg, depth: int = 3) -> list[str]:
     sized = isinstance(hidden, int) and isinstance(heads, int) and heads > 0
     if has_rope and sized and safe_get(cfg, "head_dim") is None:
         factor = float((rp or {}).get("partial_rotary_factor") or safe_get(cfg, "partial_rotary_factor") or 1)
-        width = hidden / heads * factor
-        if width != int(width) or int(width) % 2:
+        width = int(hidden // heads * factor)  # as the rotary modules round it: Moonshine's 36 x 0.9 -> 32
+        if width % 2:
             cfg.head_dim = CHECKPOINT_HEAD_DIM
             filled.append(type(cfg).__name__)
     if depth > 1:

@@ -59,6 +59,18 @@ def kind_of_module(path: str, mod: nn.Module) -> str | None:
     return None
 
 
+def table_rows(tensor: torch.Tensor) -> int:
+    """Rows of a position table: (1, N, D) -> N; a grid (1, H, W, D) -> H W; (N, D) -> N; a grid kept
+    channels first, (1, D, H, W) with H == W != D (SAM 2's background table), -> H W."""
+    shape = tuple(tensor.shape)
+    if len(shape) < 2:
+        return int(shape[0]) if shape else 1
+    if len(shape) == 4 and shape[0] == 1 and shape[2] == shape[3] != shape[1]:
+        return int(shape[2] * shape[3])
+    grid = shape[1:-1] if len(shape) >= 3 and shape[0] == 1 else shape[:-1]
+    return int(math.prod(grid))
+
+
 def classify_modules(model) -> dict:
     """Position modules and parameters of the text stack and of the towers, found on the meta model: a
     module by its class and name, a parameter (ViT's position_embeddings) or buffer (a fixed table) by
@@ -70,10 +82,10 @@ def classify_modules(model) -> dict:
         kind = kind_of_module(path, mod)
         if kind is not None:
             entry = {"path": path, "class": type(mod).__name__}
-            if kind == "learned":
-                weight = next(iter(mod.parameters(recurse=False)), None)
+            if kind == "learned":  # rows of its largest own parameter (Mllama's table, not its gate)
+                weight = max(mod.parameters(recurse=False), key=lambda t: t.numel(), default=None)
                 rows = getattr(mod, "num_embeddings", None) or (
-                    weight.shape[0] if weight is not None else None
+                    table_rows(weight) if weight is not None else None
                 )
                 entry["num_embeddings"] = int(rows) if rows is not None else None
             if kind == "t5":
@@ -95,15 +107,8 @@ def classify_modules(model) -> dict:
                     "class": "Parameter" if is_param else "buffer",
                     "shape": list(tensor.shape),
                 }
-                if is_param:  # rows: (1, N, D) -> N; a grid (1, H, W, D) -> H W; (N, D) -> N
-                    grid = (
-                        tensor.shape[1:-1]
-                        if tensor.dim() >= 3 and tensor.shape[0] == 1
-                        else tensor.shape[:-1]
-                    )
-                    entry["num_embeddings"] = (
-                        int(math.prod(grid)) if tensor.dim() >= 2 else int(tensor.shape[0])
-                    )
+                if is_param:
+                    entry["num_embeddings"] = table_rows(tensor)
                 found[in_tower(full)].setdefault(kind, []).append(entry)
             elif REL_PARAM.match(pname) and is_param:
                 found[in_tower(full)].setdefault("relative", []).append(
