@@ -83,6 +83,7 @@ TABLE_KEYS = (
     "num_patches",
     "max_encoder_position_embeddings",
     "max_vit_seq_len",
+    "num_queries",  # DETR's object queries: one learned position per query
 )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -55,7 +56,7 @@ KEYS = re.compile(
     r"d_kv|heads|layer|window|alibi|bucket|relative|max_|partial|mrope|interleave|chunk|sliding|"
     r"model_type|d_head|kv_lora|attention_type|dim$|_dim|n_layer|num_layers|attn|interval|pattern|global|"
     r"image_size|patch_size|num_patches|stride|num_mel|frequency|block_type|hybrid|block_size|n_ctx|input_size|"
-    r"num_frames|tubelet|detection_tokens|cls_tokens|register_tokens"
+    r"num_frames|tubelet|detection_tokens|cls_tokens|register_tokens|num_queries"
 )
 
 
@@ -250,6 +251,10 @@ def layers_of(model, tc, apply_fns: set, rotary: tuple = ()) -> list[dict]:
     return out
 
 
+def timm() -> bool:
+    return importlib.util.find_spec("timm") is not None
+
+
 def record(mt: str, overrides: dict | None = None) -> dict:
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -257,6 +262,12 @@ def record(mt: str, overrides: dict | None = None) -> dict:
     rec: dict = {"model_type": mt, "config_class": CONFIG_MAPPING_NAMES[mt]}
     try:
         cfg = AutoConfig.for_model(mt, **(overrides or {}))
+        backbone = getattr(getattr(cfg, "backbone_config", None), "model_type", None)
+        if backbone == "timm_backbone" and not timm():
+            # DETR's default backbone is timm's ResNet; its own flag swaps in transformers' ResNet, which
+            # holds no positions (they sit in the encoder and decoder): the same facts without timm
+            cfg = AutoConfig.for_model(mt, **{**(overrides or {}), "use_timm_backbone": False})
+            rec["repaired"] = True
     except Exception as err:
         rec["error"] = f"config: {type(err).__name__}: {err}"[:300]
         return rec
