@@ -74,6 +74,7 @@ REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled 
     "dropout_rate": lambda c: 0.0,  # a rate the parent config copies in (T5Gemma 2's encoder text config)
 }
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+KEY_ERROR = re.compile(r"KeyError: '(\w+)'")
 
 
 def repair(cfg, error: str = "") -> list[str]:
@@ -90,7 +91,13 @@ def repair(cfg, error: str = "") -> list[str]:
             if value is not None and not hasattr(c, key):
                 setattr(c, key, value)
                 filled.append(key)
-    for c in [cfg, *subs]:
+    for c in [cfg, *subs]:  # a per-layer-type rope_parameters left empty (Cohere Compass): the default RoPE
+        rp, kinds = safe_get(c, "rope_parameters"), safe_get(c, "layer_types")
+        wanted = set(KEY_ERROR.findall(error))
+        if isinstance(rp, dict) and isinstance(kinds, list) and wanted & set(kinds) - set(rp):
+            theta = float(getattr(c, "default_theta", None) or 10_000.0)
+            c.rope_parameters = {k: {"rope_type": "default", "rope_theta": theta} for k in sorted(set(kinds))}
+            filled.append("rope_parameters")
         for key, fill in REPAIRS.items():
             absent = (type(c).__name__, key) in lacking and not hasattr(c, key)
             if absent or (key in c.to_dict() and safe_get(c, key) is None):
@@ -141,6 +148,8 @@ def fit_mrope(tc, rotary) -> bool:
     if not isinstance(rp, dict):
         return False
     section = rp.get("mrope_section") or getattr(rotary, "mrope_section", None)  # the module's default
+    if not isinstance(section, (list, tuple)):  # one per layer type (Cohere Compass): read per type elsewhere
+        return False
     heads = safe_get(tc, "num_attention_heads") or 1
     dim = safe_get(tc, "head_dim") or (safe_get(tc, "hidden_size") or 0) // heads
     if not section or not dim or 2 * sum(section) >= int(dim * float(rp.get("partial_rotary_factor") or 1)):
