@@ -79,9 +79,18 @@ def _spectrogram(src: dict) -> int | None:
     return ((f - p) // sf + 1) * ((t - p) // st + 1)
 
 
+def _first_stage(src: dict) -> int | None:
+    """Patches of a pyramid's first stage, whose table the first learned one is: (H / p_0)(W / p_0) (PVT)."""
+    image, sizes = _sides(src.get("image_size")), src.get("patch_sizes")
+    if not (image and isinstance(sizes, list) and sizes and isinstance(sizes[0], int) and sizes[0] > 0):
+        return None
+    return (image[0] // sizes[0]) * (image[1] // sizes[0])
+
+
 GRID_TABLES = {  # tables with one row per patch of a video or a spectrogram, and the keys they read
     "tubelets": (lambda src: _tubelets(src, True), ("num_frames", "tubelet_size", "image_size")),  # ViViT
     "frame_tubelets": (lambda src: _tubelets(src, False), ("tubelet_size", "image_size")),  # VideoPrism
+    "first_stage_patches": (_first_stage, ("image_size", "patch_sizes")),  # PVT: one table per stage
     "spectrogram_patches": (
         _spectrogram,
         ("num_mel_bins", "max_length", "patch_size", "frequency_stride", "time_stride"),
