@@ -23,10 +23,13 @@ from posenc_lesson.field_guide_families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from derive_positions import differences  # noqa: E402
+from derive_positions import differences, ulps_for  # noqa: E402
 
 FACTS = json.loads((ROOT / "tests" / "data" / "positions_facts.json").read_text())
 TABLE = types_.load()
+# float32 pow differs by one ulp between AVX2 and AVX-512 CPUs: exact where the facts were recorded on
+# this machine's kind of CPU, one ulp apart allowed elsewhere (derive_positions.ulps_for)
+ULPS = ulps_for(FACTS.get("cpu_capability"))
 UNREADABLE = "transformers' own code could not be read"
 
 
@@ -42,7 +45,7 @@ def outcome(model_type: str) -> tuple[str, str | None]:
             spec = pl.describe_positions(case["config"])
         except Exception as err:  # a crash counts as a difference
             return "different", f"{type(err).__name__}: {err}"
-        why = differences(spec, case["facts"])
+        why = differences(spec, case["facts"], ULPS)
         if why and not (model_type in FAMILIES and why.startswith(UNREADABLE)):
             return "different", why
     return "described", None
@@ -195,3 +198,26 @@ def test_live_against_transformers_where_it_is_installed():
         rec = jsonable(record(model_type))
         spec = pl.describe_positions(rec["config"])
         assert differences(spec, facts_of(rec, rec["config"], rec.get("rotary"))) is None, model_type
+
+
+def test_on_the_kind_of_cpu_the_facts_were_recorded_on_every_frequency_is_equal_bit_for_bit():
+    """The one-ulp allowance (ULPS) is only for another CPU kind: under the recording's own kind
+    (ATEN_CPU_CAPABILITY picks torch's kernels), every described type matches with 0 ulps."""
+    import os
+    import subprocess
+
+    kind = FACTS["cpu_capability"]
+    if kind not in ("AVX2", "AVX512") or "avx2" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip(f"this CPU cannot run torch's {kind} kernels")
+    code = (
+        "import sys; sys.path[:0] = ['tests', 'tools']\n"
+        "import derive_positions; derive_positions.ulps_for = lambda recorded_on: 0\n"
+        "import test_describe_all_types as t\n"
+        "assert t.torch.backends.cpu.get_cpu_capability() == t.FACTS['cpu_capability']\n"
+        "print(sorted(k for k, (kind, _) in t.OUTCOMES.items() if kind == 'different'))\n"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": kind.lower()}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -159,8 +159,27 @@ def centres(probe: dict, buf: dict | None) -> str:
     return f"image coordinates not read (angles {angles[:2]})"
 
 
-def differences(spec, facts: dict) -> str | None:
-    """The first way spec differs from transformers' facts, or None."""
+def ulps_for(recorded_on: str | None) -> int:
+    """How many float32 units in the last place a recorded inv_freq may differ by: 0 where the facts
+    were recorded on a CPU of this machine's kind, else 2. torch's float32 pow (theta ** exponents, in
+    transformers' rotary modules and this library alike) is vectorised per CPU kind: AVX2's and
+    AVX-512's powers differ by an ulp at some entries, and 1 / power rounds once more (Qwen2-VL's
+    vision tower at theta 20000: entry 9 of 20, 1 ulp; Step 3.5's: 2). On one machine the library
+    and transformers agree bit for bit."""
+    return 0 if recorded_on and recorded_on == torch.backends.cpu.get_cpu_capability() else 2
+
+
+def _float32_equal(got, want, ulps: int) -> bool:
+    """got == want entry by entry, or within `ulps` float32 steps (the spacing at want) of it."""
+    if torch.equal(got, want):
+        return True
+    step = torch.nextafter(want.abs(), torch.full_like(want, math.inf)) - want.abs()
+    return ulps > 0 and bool(((got - want).abs() <= ulps * step).all())
+
+
+def differences(spec, facts: dict, ulps: int = 0) -> str | None:
+    """The first way spec differs from transformers' facts, or None; `ulps` (ulps_for) is the float32
+    difference an inv_freq recorded on another kind of CPU may show."""
     if facts.get("grid") != spec.extras.get("grid"):
         return f"positions from {spec.extras.get('grid')} != transformers' {facts.get('grid')}"
     if facts.get("scheme") == "rope":
@@ -194,7 +213,7 @@ def differences(spec, facts: dict) -> str | None:
         got = spec.inv_freq(i)
         if got.shape != want.shape:
             return f"layer {i}: rotated width {2 * got.numel()} != transformers' {2 * want.numel()}"
-        if not torch.equal(got, want):
+        if not _float32_equal(got, want, ulps):
             worst = float(((got - want).abs() / want.abs().clamp_min(1e-30)).max())
             return f"layer {i}: inv_freq differs (relative {worst:.2g})"
         scale = buf.get("attention_scaling")
@@ -343,7 +362,8 @@ def derive(rec: dict) -> dict:
         reason = None
         for cfg, facts in cases(rec):
             try:
-                reason = differences(describe_with(trial, rec["model_type"], cfg), facts)
+                reason = differences(describe_with(trial, rec["model_type"], cfg), facts,
+                                     ulps_for(rec.get("cpu_capability")))
             except Exception as err:  # a rule that does not apply to this config
                 reason = f"{type(err).__name__}: {err}"[:160]
             if reason:
@@ -360,6 +380,7 @@ def main() -> None:
     recorded = Path(sys.argv[1]) if len(sys.argv) > 1 else RECORDED
     recs = [json.loads(line) for line in recorded.read_text().splitlines() if line.strip()]
     version = recs[0]["transformers_version"]
+    cpu = recs[0].get("cpu_capability")  # the kind of CPU the facts' float32 pow ran on (ulps_for)
     shipped, facts = {}, {}
     for rec in recs:
         shipped[rec["model_type"]] = derive(rec)
@@ -380,7 +401,8 @@ def main() -> None:
         + "\n"
     )
     FACTS.write_text(
-        json.dumps({"transformers_version": version, "types": facts}, separators=(",", ":")) + "\n"
+        json.dumps({"transformers_version": version, "cpu_capability": cpu, "types": facts},
+                   separators=(",", ":")) + "\n"
     )
     refused = {k: v["refused"] for k, v in shipped.items() if v.get("refused")}
     print(

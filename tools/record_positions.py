@@ -370,6 +370,7 @@ def main() -> None:
             finally:
                 signal.alarm(0)
             rec["transformers_version"] = transformers.__version__
+            rec["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # AVX2, AVX512: float32 pow's
             rec["seconds"] = round(time.time() - start, 2)
             f.write(json.dumps(jsonable(rec), separators=(",", ":")) + "\n")
             f.flush()

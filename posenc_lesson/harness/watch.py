@@ -383,13 +383,9 @@ def _audit_hook() -> None:
 
 def _library_caches() -> list:
     """The functools caches of posenc_lesson's functions (lru_cache), found in its loaded modules."""
-    found = []
-    for name, module in list(sys.modules.items()):
-        if name == "posenc_lesson" or name.startswith("posenc_lesson."):
-            for value in list(getattr(module, "__dict__", {}).values()):
-                if isinstance(value, functools._lru_cache_wrapper):
-                    found.append(value)
-    return found
+    modules = [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "posenc_lesson"]
+    return [value for module in modules for value in list(getattr(module, "__dict__", {}).values())
+            if isinstance(value, functools._lru_cache_wrapper)]
 
 
 def _match(entries: list[tuple], rel: str, qual: str) -> bool:
