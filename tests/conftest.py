@@ -57,8 +57,19 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
     # A conftest's own hooks reach only the items under its folder (here tests/); registered as a
     # plugin, these reach the notebooks' cells too when one session runs both (make test).
+    if not hasattr(config, "workerinput") and LAB_CACHE_FOR_RUN not in os.environ:  # xdist's controller
+        import tempfile
+
+        config._lab_cache = tempfile.TemporaryDirectory(prefix="posenc-lab-cache-")
+        os.environ[LAB_CACHE_FOR_RUN] = config._lab_cache.name  # the workers start after this
     if not config.pluginmanager.has_plugin("posenc-every-item"):
         config.pluginmanager.register(EveryItem(), "posenc-every-item")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_lab_cache", None) is not None:
+        os.environ.pop(LAB_CACHE_FOR_RUN, None)
+        config._lab_cache.cleanup()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
@@ -133,6 +144,25 @@ def _running_descendants_cpu_s(pid: int | None = None) -> float:
     return total
 
 
+# ---- a lab trains once per run ---------------------------------------------------------------------
+# nbval runs lesson 08's FAST lab, and the browser test runs it again for the explorer that shows its
+# models. The notebooks' kernels and the browser's JupyterLab (started from these environments) share
+# one POSENC_LAB_CACHE folder per run (posenc_lesson/lab/jobs.py), so whichever comes first trains and
+# the other loads the same weights. The tests of tests/ never see it: they train what they check
+# (test_train compares one worker with two), and some patch the library first.
+
+LAB_CACHE_FOR_RUN = "POSENC_TEST_LAB_CACHE"  # the run's folder, made by the controller, seen by workers
+
+
+def _lab_cache_for(item) -> None:
+    """POSENC_LAB_CACHE for a notebook's cells and the browser test, and for nothing else."""
+    folder = os.environ.get(LAB_CACHE_FOR_RUN)
+    if folder and (item.path.suffix == ".ipynb" or item.path.name == "test_browser.py"):
+        os.environ["POSENC_LAB_CACHE"] = folder
+    else:
+        os.environ.pop("POSENC_LAB_CACHE", None)
+
+
 class EveryItem:
     """The hooks every test item goes through, the notebooks' cells included."""
 
@@ -145,6 +175,7 @@ class EveryItem:
         draws inline, so no backend a test chose (MPLBACKEND=Agg) may reach it. (And the CPU clock
         of the test's setup starts here, before its fixtures.)"""
         item._cpu_mark = _cpu_s()
+        _lab_cache_for(item)
         if item.path.suffix == ".ipynb":
             os.environ.pop("MPLBACKEND", None)
             # nbval waits 5 s for each of a cell's output messages once the cell has ended; on a

@@ -174,6 +174,39 @@ def test_two_workers_train_exactly_the_models_one_worker_trains():
         experiments.run_lab(config, progress=False, workers=0)
 
 
+def test_with_a_lab_cache_a_second_run_loads_the_same_models_and_trains_nothing(tmp_path, monkeypatch):
+    """POSENC_LAB_CACHE (make test's notebooks): a job trains once; a changed config trains anew."""
+    import dataclasses
+    import functools
+
+    from posenc_lesson.lab import experiments
+
+    config = _tiny_config()
+    monkeypatch.setenv("POSENC_LAB_CACHE", str(tmp_path / "cache"))
+    first = experiments.run_lab(config, progress=False)
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == len(first.models) == 4
+    trained = []
+    real = experiments._train_one
+
+    @functools.wraps(real)  # the same name, so the same cache entries
+    def counted(*args, **kwargs):
+        trained.append(args[1:3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiments, "_train_one", counted)
+    again = experiments.run_lab(config, progress=False)
+    assert trained == [] and again.rows == first.rows and again.losses == first.losses
+    for key, model in first.models.items():
+        a, b = model.state_dict(), again.models[key].state_dict()
+        assert all(torch.equal(a[name], b[name]) for name in a)
+    experiments.run_lab(dataclasses.replace(config, steps=6), progress=False)  # another config
+    assert len(trained) == 4
+    monkeypatch.delenv("POSENC_LAB_CACHE")
+    trained.clear()
+    experiments.run_lab(config, progress=False)
+    assert len(trained) == 4  # off: every model trains
+
+
 def test_summarize_averages_over_the_lengths_past_training_then_over_seeds():
     from posenc_lesson.lab import experiments
 
