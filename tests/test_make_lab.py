@@ -31,6 +31,12 @@ def _lab_command(port: int) -> str:
     return lab
 
 
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     if shutil.which("make") is None or not (ROOT / ".venv" / "bin" / "jupyter").exists():
@@ -51,6 +57,12 @@ def lab(tmp_path_factory):
         while not (url := re.search(rf"http://127\.0\.0\.1:{port}\S*\?token=\w+", log.read_text())):
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
+        # Jupyter Server prints its URL before its event loop binds the port (ServerApp.start_app, then
+        # the _bind_http_server callback): a request sent at once was refused on a busy machine (CI,
+        # 2026-12-04). The learner's browser opens later; the test waits for the port as it would.
+        while not _accepts(port):
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
         yield url.group(0), port
     finally:
         os.killpg(server.pid, 15)
