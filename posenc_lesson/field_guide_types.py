@@ -300,7 +300,8 @@ def layers(cfg: dict, entry: dict) -> tuple[list[str], list[str | None], list[di
     """Per layer: scheme, layer type, and (RoPE layers) the flat rope parameters."""
     scheme = entry["scheme"]
     try:
-        n = num_layers(cfg)
+        depth = cfg.get(entry["depth_key"]) if entry.get("depth_key") else None  # HRM's num_layers_per_stack
+        n = depth if isinstance(depth, int) and depth > 0 else num_layers(cfg)
     except ValueError:
         if scheme == "rope":
             raise

@@ -75,7 +75,7 @@ def test_every_refused_type_says_why():
 def test_at_least_this_share_of_model_types_is_described():
     described = sum(kind == "described" for kind, _ in OUTCOMES.values())
     share = described / len(OUTCOMES)
-    assert share >= 0.936, f"{described} of {len(OUTCOMES)} described ({share:.1%})"
+    assert share >= 0.95, f"{described} of {len(OUTCOMES)} described ({share:.1%})"
 
 
 @pytest.mark.parametrize(

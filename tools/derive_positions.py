@@ -316,13 +316,16 @@ def entry_base(rec: dict) -> dict:
     if rec.get("aliases"):  # JetMoE's head_dim is its kv_channels (the config class's attribute_map)
         entry["aliases"] = rec["aliases"]
     if rec.get("towers"):
-        entry["towers"] = sorted({v.split(":")[0] + " " + v.split(":")[1] for v in rec["towers"].values()})[
-            :6
-        ]
+        entry["towers"] = sorted({" ".join(v.split(":")[:2]) for v in rec["towers"].values()})[:6]
     if entry["scheme"] == "relative":
         entry["relative"] = sorted({e["class"] for e in rec["schemes"]["relative"]})
     if not any(isinstance(text.get(k), int) for k in LAYER_KEYS) and rec.get("layers"):
         defaults["_num_layers"] = len(rec["layers"])  # the config names its depth in no key the rules read
+    elif entry["scheme"] == "rope" and types_.first(text, *LAYER_KEYS) != len(rec.get("layers") or []):
+        n = len(rec.get("layers") or [])  # a stack shallower than its depth key, its depth in another key
+        key = next((k for k, v in text.items() if "layers" in k and v == n and type(v) is int), None)
+        if n and key:  # (HRM: num_hidden_layers 128 counts unrolled cycles; num_layers_per_stack 16 built)
+            entry["depth_key"], defaults[key] = key, n
     if entry["scheme"] == "learned":
         table = table_rule(rec, text)
         if table:

@@ -3,7 +3,9 @@ class, or, where transformers' own default config cannot be built, that config r
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -75,6 +77,7 @@ REPAIRS = {  # keys a default config leaves None for checkpoints to set, filled 
 }
 MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 KEY_ERROR = re.compile(r"KeyError: '(\w+)'")
+TUPLE_ERROR = 'can only concatenate list (not "tuple") to list'
 
 
 def repair(cfg, error: str = "") -> list[str]:
@@ -98,6 +101,9 @@ def repair(cfg, error: str = "") -> list[str]:
             theta = float(getattr(c, "default_theta", None) or 10_000.0)
             c.rope_parameters = {k: {"rope_type": "default", "rope_theta": theta} for k in sorted(set(kinds))}
             filled.append("rope_parameters")
+        for key in [k for k, v in vars(c).items() if isinstance(v, tuple) and TUPLE_ERROR in error]:
+            setattr(c, key, list(getattr(c, key)))  # a default tuple the modeling code adds a list to
+            filled.append(key)  # (VitMatte's fusion_hidden_sizes): the same values as a list (config.json)
         for key, fill in REPAIRS.items():
             absent = (type(c).__name__, key) in lacking and not hasattr(c, key)
             if absent or (key in c.to_dict() and safe_get(c, key) is None):
@@ -158,6 +164,26 @@ def fit_mrope(tc, rotary) -> bool:
     return True
 
 
+class TimmModelNotBuilt(nn.Module):
+    """What a TimmWrapperModel holds in place of timm's model where timm is not installed: nothing."""
+
+
+@contextlib.contextmanager
+def timm_stubbed():
+    """Without timm: a TimmWrapperModel (EdgeTAM's image backbone, PE Video's frame encoder) built around an
+    empty TimmModelNotBuilt. The rest of the model is transformers' own code and holds its positions as it
+    does with timm; record() refuses a type whose recorded part is the stub (timm's positions unread)."""
+    from transformers.models.timm_wrapper import modeling_timm_wrapper as mtw
+
+    saved = mtw.requires_backends, mtw._create_timm_model_with_error_handling
+    mtw.requires_backends = lambda obj, backends: None
+    mtw._create_timm_model_with_error_handling = lambda config, **kwargs: TimmModelNotBuilt()
+    try:
+        yield
+    finally:
+        mtw.requires_backends, mtw._create_timm_model_with_error_handling = saved
+
+
 def build(cfg, tc):
     """The model on the meta device: AutoModel, else cfg's own model class; failing both, the same with
     REPAIRS filled in; failing that, the text stack alone from the text config (a tower that needs timm);
@@ -186,6 +212,11 @@ def build(cfg, tc):
     model, first_err = attempt(cfg)
     if model is not None:
         return model, "default"
+    if "requires the timm library" in first_err and importlib.util.find_spec("timm") is None:
+        with timm_stubbed():
+            model, _ = attempt(cfg)
+        if model is not None:
+            return model, "default"
     err = first_err
     for _ in range(3):  # each repair can uncover the next key the modeling code reads
         if not repair(cfg, err):

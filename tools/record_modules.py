@@ -117,4 +117,5 @@ def classify_modules(model) -> dict:
     text_has = bool(found[False])
     schemes = found[False] if text_has else found[True]
     towers = {e["path"]: f"{k}:{e['class']}" for k, es in found[True].items() for e in es} if text_has else {}
-    return {"schemes": schemes, "towers": towers, "rotary": rotary[False] if text_has else rotary[True]}
+    rotary_, towers_only = (rotary[False] if text_has else rotary[True]), not text_has and bool(schemes)
+    return {"schemes": schemes, "towers": towers, "rotary": rotary_, "towers_only": towers_only}

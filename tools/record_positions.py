@@ -23,6 +23,7 @@ the types already there); tools/derive_positions.py turns them into the data the
 transformers is not a dependency; install it beside the project's venv:
 
     .venv/bin/pip install --target /tmp/tf --no-deps transformers==5.25.0   # and its small deps
+    .venv/bin/pip install --target /tmp/tf --no-deps scipy   # EoMT's and VideoMT's losses import it
     PYTHONPATH=/tmp/tf .venv/bin/python tools/record_positions.py [--only llama,gemma3]
 """
 
@@ -255,13 +256,30 @@ def timm() -> bool:
     return importlib.util.find_spec("timm") is not None
 
 
+def validated(auto, mt: str, overrides: dict, rec: dict, tries: int = 6):
+    """The default config; where its own validator refuses it, naming a value its text config must have
+    (Gemma 4 assistant: hidden_size_per_layer_input 0, not Gemma 4 text's default 256), with that value."""
+    for _ in range(tries):
+        try:
+            return auto.for_model(mt, **overrides)
+        except Exception as err:
+            must = re.search(r"ValueError: (\w+) must be (-?\d+|False|True), got", str(err))
+            if not must or _ == tries - 1:
+                raise
+            value = {"False": False, "True": True}.get(must.group(2)) if must.group(2) in ("False", "True") \
+                else int(must.group(2))
+            overrides["text_config"] = {**overrides.get("text_config", {}), must.group(1): value}
+            rec["repaired"] = True
+    raise RuntimeError("unreachable")
+
+
 def record(mt: str, overrides: dict | None = None) -> dict:
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     rec: dict = {"model_type": mt, "config_class": CONFIG_MAPPING_NAMES[mt]}
     try:
-        cfg = AutoConfig.for_model(mt, **(overrides or {}))
+        cfg = validated(AutoConfig, mt, dict(overrides or {}), rec)
         backbone = getattr(getattr(cfg, "backbone_config", None), "model_type", None)
         if backbone == "timm_backbone" and not timm():
             # DETR's default backbone is timm's ResNet; its own flag swaps in transformers' ResNet, which
@@ -297,6 +315,10 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["built_from"], rec["config"] = how, relevant(cfg.to_dict(), keep)
         rec["text_key"] = config_path(cfg, tc) if tc is not cfg else None
         rec["aliases"] = aliases(tc)
+    stubs = [p for p, m in model.named_modules() if type(m).__name__ == "TimmModelNotBuilt"]  # timm missing
+    if any(not in_tower(p) for p in stubs):  # the part recorded is timm's own model: its positions unread
+        rec["error"] = f"model: ImportError: timm is not installed, and {stubs[0]} is timm's model"
+        return rec
     rec["model_class"] = type(model).__name__
     module = modeling_module(model)
     try:
@@ -305,8 +327,9 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["alibi_source"] = None
     found = classify_modules(model)
     rec["schemes"] = found["schemes"]
-    rec["towers"] = found["towers"]
-    rc = next((getattr(m, "config", None) for m in found["rotary"].values()), None)
+    rec["towers"] = {**found["towers"], **{p: "unread:timm model, not built" for p in stubs}}
+    by_depth = sorted(found["rotary"].items(), key=lambda pm: pm[0].count("."))  # a stack's own rotary module
+    rc = next((getattr(m, "config", None) for _, m in by_depth), None)  # first (ESMFold 2's esmc)
     if rec["text_key"] is None and rc is not None and rc is not cfg and rc is not tc:
         path = config_path(cfg, rc)  # the sub-config the rotary stack is built from (LASR's encoder_config)
         if path:
@@ -319,6 +342,9 @@ def record(mt: str, overrides: dict | None = None) -> dict:
         rec["apply_fns"] = sorted(apply_fns)
     except Exception as err:
         rec["layers_error"] = f"{type(err).__name__}: {err}"[:300]
+    if found["towers_only"] and "language_model" in (rec.get("stack") or ""):  # a language model that holds
+        rec["towers"] = {e["path"]: f"{k}:{e['class']}" for k, es in rec["schemes"].items() for e in es}
+        rec["schemes"], found["rotary"] = {}, {}  # no positions of its own (GLM-5-Next's text: no RoPE)
     if found["rotary"] and fit_mrope(tc, next(iter(found["rotary"].values()))):
         rec["repaired"] = True
         rec["config"] = relevant(cfg.to_dict(), keep)

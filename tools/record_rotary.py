@@ -49,12 +49,45 @@ def buffers_of(rot) -> dict:
                 "inv_freq": floats(buf),
                 "attention_scaling": None if scale is None else float(scale),
             }
+    for name, buf in [] if out else rot.named_buffers(recurse=False):  # CodeGen: a (positions, D) table
+        inv = table_frequencies(buf)  # of sin and cos and no inv_freq
+        if inv is not None:
+            out["None"] = {"inv_freq": floats(inv), "attention_scaling": None, "from": f"{name}: sin, cos"}
     return out
+
+
+def table_frequencies(table: torch.Tensor, reach: int = 8):
+    """The float32 frequencies theta of a sin/cos table, row p = [sin(p theta), cos(p theta)] (CodeGen's
+    embed_positions): read from row 1 by atan2, then each one moved by up to `reach` float32 steps until
+    sin(p theta) and cos(p theta), computed as transformers computes them (float32 p times theta), equal
+    the table's at every row p. None for another table, or where no theta reproduces one of its columns."""
+    if table.dim() != 2 or table.shape[0] < 2 or table.shape[1] % 2 or not table.is_floating_point():
+        return None
+    half = table.shape[1] // 2
+    if not (torch.equal(table[0], torch.cat([torch.zeros(half), torch.ones(half)]))):
+        return None
+    rows = torch.arange(table.shape[0], dtype=torch.int64).float()[:, None]  # (N, 1)
+    guess = torch.atan2(table[1, :half].double(), table[1, half:].double()).float()  # (half,)
+    found = torch.full_like(guess, math.nan)
+    for step in [0, *(k * sign for k in range(1, reach + 1) for sign in (1, -1))]:
+        trial = guess
+        for _ in range(abs(step)):
+            trial = torch.nextafter(trial, torch.full_like(trial, math.inf if step > 0 else -math.inf))
+        angles = rows * trial  # (N, half)
+        same = (torch.sin(angles) == table[:, :half]).all(0) & (torch.cos(angles) == table[:, half:]).all(0)
+        found = torch.where(same & found.isnan(), trial, found)
+    return None if bool(found.isnan().any()) else found
 
 
 def takes_pixels(rot) -> bool:
     """A rotary module that computes its angles from the image (DINOv3: forward(pixel_values))."""
     return list(inspect.signature(rot.forward).parameters)[:1] == ["pixel_values"]
+
+
+def takes_states_only(rot) -> bool:
+    """A rotary module whose forward takes the hidden states alone and returns the angles (CLVP)."""
+    params = [p for p in inspect.signature(rot.forward).parameters.values() if p.default is p.empty]
+    return len(params) == 1 and params[0].name == "hidden_states"
 
 
 def cos_sin(rot, dh: int, layer_type, axes: int):
@@ -66,6 +99,9 @@ def cos_sin(rot, dh: int, layer_type, axes: int):
         ph, pw = (size, size) if isinstance(size, int) else tuple(size)[:2]
         cos, sin = rot.eval()(torch.zeros(1, 3, 2 * ph, 2 * pw))  # (4 patches, D)
         return cos[0].float().expand(1, dh, -1), sin[0].float().expand(1, dh, -1)
+    if takes_states_only(rot):  # CLVP: forward(hidden_states) -> the angles of positions 0 .. T - 1,
+        angles = rot(torch.zeros(1, 2, 8))[:, 1:2].float().expand(1, dh, -1)  # (1, T, D), whose cos and sin
+        return angles.cos(), angles.sin()  # the attention takes: position 1's, for dh tokens
     pos = torch.ones(1, dh, dtype=torch.long)
     if axes > 1:  # M-RoPE: one row of position ids per axis (time, height, width)
         pos = pos[None].expand(axes, 1, dh)
@@ -91,7 +127,11 @@ def call_apply(fn, q, cos, sin, width, extra):
     s = sin[..., :width, :] if sin.dim() == 3 else sin
     if "cos_k" in names and "sin_k" in names:  # the keys' own cos and sin (EdgeTAM's memory cross-attention)
         extra = {**extra, "cos_k": c, "sin_k": s}
-    if names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"]):
+    if names[:3] == ["q", "k", "v"] and "position_ids" in names:  # CLVP turns the values too; cos and sin are
+        pos = torch.arange(c.shape[-2])[None]  # tables of positions that position_ids index
+        res = fn(q, q.clone(), q.clone(), c[0], s[0], pos, **extra)
+    elif names[:3] in (["x", "cos", "sin"], ["hidden_states", "cos", "sin"], ["tensor", "cos", "sin"],
+                       ["tensor", "sin", "cos"]):  # (sin, cos) as the rotary module returns them: CodeGen
         res = fn(q, c, s, **extra)  # one tensor at a time (Gemma 3n, DeepSeek-V4)
     else:
         try:
