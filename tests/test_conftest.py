@@ -1,6 +1,6 @@
 """tests/conftest.py's own checks: the lesson cells' stderr check that nbval runs, the per-file
 wall and CPU times `make test` prints (and `make bench` records), and what `make test-quick`
-leaves out."""
+leaves out, and torch's threads in each worker."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import SLOW, _lesson_cell_problems
+import torch
+from conftest import SLOW, _lesson_cell_problems, worker_threads
 
 HERE = Path(__file__).resolve().parent
 
@@ -74,3 +75,11 @@ def test_the_slowest_files_are_timed_and_a_lesson_cells_stderr_fails(tmp_path):
                                   "tests", "notebooks"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
     assert "3/6 tests collected (3 deselected)" in quick.stdout, quick.stdout[-2000:]
+
+
+def test_each_worker_takes_its_share_of_the_cores_for_torch():
+    assert [worker_threads(w, cores=2) for w in (1, 2, 3)] == [2, 1, 1]
+    assert worker_threads(2, cores=8) == 4 and worker_threads(0, cores=4) == 4
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:  # this very test, in make test's worker
+        assert torch.get_num_threads() == worker_threads(int(workers))
