@@ -63,6 +63,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import baseline  # noqa: E402
+from sections import merged  # noqa: E402
 from suite import bench_suite, suite_section  # noqa: E402
 
 from posenc_lesson import (  # noqa: E402
@@ -829,7 +830,10 @@ def main() -> None:
         res["suite"] = bench_suite(args, log)
     res["machine"] = machine()
     res["total_s"] = time.perf_counter() - start
+    before = args.out.read_text() if args.only and args.out.exists() else None
     write_report(res, args.out)
+    if before is not None:  # --only: the sections not run stay as they were (benchmarks/sections.py)
+        args.out.write_text(merged(before, args.out.read_text(), set(SECTIONS) - skip))
     log(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
 
 
