@@ -1,10 +1,11 @@
 """Section 8 of `make bench`: `make test` itself, its wall time and CPU time, and per test file.
 
-`make test` runs as a contributor runs it (lint, then one pytest session on two workers), with
-POSENC_TEST_TIMES set: tests/conftest.py then writes every file's wall and CPU seconds (the test
-process and the children it waited for: kernels, servers, browsers) to a JSON file. The whole
-run's CPU time is this process's children's (resource.getrusage), so other work on the machine
-does not count; its wall time does, which is why the load average is printed beside it.
+`make test` runs as a contributor runs it (lint, then one pytest session on `WORKERS` workers,
+3 by default), with POSENC_TEST_TIMES set: tests/conftest.py then writes every file's wall and
+CPU seconds (the test process and the children it waited for: kernels, servers, browsers) to a
+JSON file. The whole run's CPU time is this process's children's (resource.getrusage), so other
+work on the machine does not count; its wall time does, which is why the load average is
+printed beside it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def suite_section(suite: dict) -> list[str]:
     """The report's lines for section 8."""
     files = suite["files"]
     lines = ["## 8. `make test`\n",
-             f"`make test` as a contributor runs it (lint, then one pytest session, `-n 2 --dist loadfile`), "
+             "`make test` as a contributor runs it (lint, then one pytest session, "
+             f"`-n {os.environ.get('WORKERS', 3)} --dist loadfile`), "
              f"{suite['date']}: **{suite['wall_s'] / 60:.1f} min wall ({suite['wall_s']:.0f} s), "
              f"{suite['cpu_s']:.0f} s CPU** (make's children: pytest, its workers, kernels, servers, "
              f"browsers); {suite['summary']}. Load average "
@@ -64,8 +66,9 @@ def suite_section(suite: dict) -> list[str]:
     total_cpu = sum(f["cpu_s"] for f in files.values())
     lines.append("Per file, slowest first (wall: the sum of its tests' setup, call and teardown on the "
                  "worker that ran it; CPU: that worker's and its children's; a shared fixture counts "
-                 "for the file that first needed it). The two workers run files side by side, so "
-                 f"the walls add up to {total_wall:.0f} s, up to twice the session's.\n")
+                 "for the file that first needed it). The workers run files side by side, so "
+                 f"the walls add up to {total_wall:.0f} s, up to {os.environ.get('WORKERS', 3)} times "
+                 "the session's.\n")
     lines.append("| file | tests | wall s | CPU s | share of CPU |")
     lines.append("|---|---:|---:|---:|---:|")
     for path, f in sorted(files.items(), key=lambda kv: -kv[1]["cpu_s"]):

@@ -21,7 +21,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-# Longest first: `make test` spreads whole files over two workers (--dist loadfile), in the order
+# Longest first: `make test` spreads whole files over the workers (--dist loadfile), in the order
 # they are collected; a slow file dealt last keeps one worker busy while the other idles. These
 # are the files that took longest in a full run (wall seconds per file in make test's summary,
 # CI, 2026-12-03, 2 cores; the rest older estimates); every other file keeps its place after them.

@@ -5,7 +5,8 @@ that no lesson cell writes to stderr or prints a traceback; it cannot see a widg
 renders or a slider that redraws nothing. This test proves what only a browser can: it opens
 every lesson in a real JupyterLab (started from the venv as `make lab` starts it, on a free
 localhost port, with a random token and throw-away config, settings, runtime and workspace
-folders, so it never touches yours) in Debian's Chromium, clears the stored outputs, and runs
+folders, so it never touches yours) in Debian's Chromium, one lesson at a time in one page (the
+application loads once), clears the stored outputs, and runs
 the lesson's first cell and its explorer cells, with what they need and nothing more (each
 lesson's cells run in full once per `make test`, under nbval): a cell that an explorer cell
 needs runs before it (found from the names the cells define and use), an import an explorer
@@ -180,14 +181,55 @@ def browser():
             chromium.close()
 
 
-@pytest.fixture
-def page(browser, lab):
+class LabPage:
+    """One JupyterLab page for all lessons, loaded once, and what its console said."""
+
+    def __init__(self, page):
+        self.page, self.problems = page, []
+        said = self.problems
+        page.on("console", lambda m: said.append(f"console error: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: said.append(f"page error: {e}"))
+
+
+@pytest.fixture(scope="module")
+def lab_page(browser, lab):
+    """JupyterLab in one page, loaded once (its application takes seconds of the browser's CPU to
+    start); each lesson is opened in it, on its own, as from the file browser."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
-        yield page
+        page.goto(f"{lab.url}/lab/workspaces/lessons?token={lab.token}")
+        page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
+        page.evaluate("() => window.jupyterapp.restored.then(() => null)")
+        yield LabPage(page)
     finally:
         context.close()
+
+
+# Closes every document without asking (the runs made them "dirty"; autosave is off and nothing is
+# saved): the next lesson is alone on the page.
+CLOSE_ALL_JS = """() => {
+  for (const w of [...window.jupyterapp.shell.widgets('main')]) {
+    if (w.context && w.context.model) w.context.model.dirty = false;
+    w.dispose();
+  }
+}"""
+
+OPEN_JS = """async (path) => {
+  const panel = await window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  await panel.context.ready;
+  await panel.sessionContext.ready;
+  return panel.context.path;
+}"""
+
+
+@pytest.fixture
+def page(lab_page, lab):
+    lab_page.problems.clear()
+    try:
+        yield lab_page.page
+    finally:
+        lab_page.page.evaluate(CLOSE_ALL_JS)
         lab.shutdown_kernels()
 
 
@@ -400,15 +442,13 @@ def test_an_explorer_cells_needs_are_found():
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
-def test_lesson_opens_and_its_explorers_move_in_jupyterlab(page, lab, notebook):
+def test_lesson_opens_and_its_explorers_move_in_jupyterlab(lab_page, page, lab, notebook):
     name = notebook.name
     rel = notebook.relative_to(ROOT).as_posix()
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console error: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    # one workspace per lesson, so JupyterLab does not reopen the previous lesson too
-    page.goto(f"{lab.url}/lab/workspaces/{notebook.stem}/tree/{rel}?token={lab.token}")
+    problems = lab_page.problems  # what the console says from now on (the page fixture emptied it)
+    assert page.evaluate(OPEN_JS, rel) == rel
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    assert page.locator(".jp-NotebookPanel").count() == 1, f"{name}: not alone on the page"
     try:
         _wait_for_kernel(page, lab, rel)
         _clear_outputs(page)
