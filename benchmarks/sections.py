@@ -24,13 +24,24 @@ def split(report: str) -> tuple[str, dict[int, str]]:
     return header, {n: report[s:e] for (s, n), e in zip(starts, ends, strict=True)}
 
 
+RERUN = "**Rerun of section"
+
+
 def merged(old: str, new: str, rerun: set[str]) -> str:
-    """The new report's header and the sections every part of which was rerun; the old report's
-    other sections. Section 4 holds two parts (notebooks, lm_lab): rerunning one keeps the old."""
-    header, fresh = split(new)
-    _, kept = split(old)
+    """The old report's header (its machine is that of the sections it measured) with a note of
+    the rerun (when, which command, on what machine: the new header's lines), the sections every
+    part of which was rerun, and the old report's other sections. Section 4 holds two parts
+    (notebooks, lm_lab): rerunning one keeps the old."""
+    new_header, fresh = split(new)
+    old_header, kept = split(old)
     redone = {n for n in fresh if all(name in rerun for name, m in NUMBER.items() if m == n)}
     sections = {**{n: t for n, t in kept.items() if n not in redone},
                 **{n: t for n, t in fresh.items() if n in redone}}
+    said = [line for line in new_header.splitlines() if line.startswith(("Written by", "**Machine:**"))]
+    which = ", ".join(str(n) for n in sorted(redone))
+    note = f"{RERUN}{'s' if len(redone) > 1 else ''} {which}:** " + " ".join(said)
+    notes = [line for line in old_header.rstrip("\n").split("\n\n")
+             if not line.startswith(f"{RERUN}{'s' if len(redone) > 1 else ''} {which}:**")]
+    header = "\n\n".join([*notes, note]) if redone else old_header.rstrip("\n")
     body = "".join(sections[n].rstrip("\n") + "\n\n" for n in sorted(sections))
-    return header.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
+    return header + "\n\n" + body.rstrip("\n") + "\n"

@@ -16,9 +16,12 @@ OLD = ("# Benchmarks\n\nWritten on day 1.\n\n## 1. `apply_rope`\n\nold rope\n\n#
 
 
 def test_a_run_of_one_section_rewrites_it_and_keeps_the_others_in_order():
-    new = "# Benchmarks\n\nWritten on day 2.\n\n## 8. `make test`\n\nnew suite\n"
+    new = "# Benchmarks\n\nWritten by it on day 2.\n\n**Machine:** M.\n\n## 8. `make test`\n\nnew suite\n"
     out = merged(OLD, new, {"suite"})
-    assert out.startswith("# Benchmarks\n\nWritten on day 2.\n\n## 1.")
+    rerun = "**Rerun of section 8:** Written by it on day 2. **Machine:** M."
+    assert out.startswith(f"# Benchmarks\n\nWritten on day 1.\n\n{rerun}\n\n## 1.")
+    again = merged(out, new.replace("day 2", "day 3"), {"suite"})  # the note of the same rerun is replaced
+    assert "day 2" not in again and again.count("**Rerun of section 8:** Written by it on day 3.") == 1
     assert [n for n in split(out)[1]] == [1, 4, 7, 8]
     assert "old rope" in out and "old site" in out and out.endswith("new suite\n")
 
