@@ -80,7 +80,8 @@ test-notebooks: $(STAMP)
 # One session for the library's tests and the notebooks: the workers stay busy to the end
 # (tests/conftest.py deals the slowest files first). It prints the 15 slowest tests and files.
 # Three workers on two cores: a third fills the time the others wait (a grader's time limit, a
-# server starting, a browser loading): 868 s -> 825 s (2026-12-04, benchmarks/README.md section 8).
+# server starting, a browser loading): 868 s -> 825 s, all else equal (2026-12-04; the latest run
+# is section 8 of benchmarks/README.md).
 WORKERS ?= 3
 test: $(STAMP)
 	$(MAKE) --no-print-directory lint

@@ -35,14 +35,14 @@ def test_a_section_with_two_parts_is_rewritten_only_when_both_ran():
 
 def test_section_8_lists_every_file_slowest_first_with_its_share():
     files = {"tests/test_a.py": {"tests": 3, "wall_s": 10.0, "cpu_s": 30.0},
-             "notebooks/01_x.ipynb": {"tests": 5, "wall_s": 20.0, "cpu_s": 10.0}}
+             "notebooks/01_permutation_equivariance.ipynb": {"tests": 5, "wall_s": 20.0, "cpu_s": 10.0}}
     suite = {"date": "2026-12-04 17:00 UTC", "wall_s": 600.0, "cpu_s": 1000.0, "summary": "8 passed",
              "returncode": 0, "load_start": (0.1, 0.2, 0.3), "load_end": (2.0, 1.5, 1.0), "files": files}
     text = "\n".join(suite_section(suite))
     assert "**10.0 min wall (600 s), 1000 s CPU**" in text and "8 passed" in text
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows == ["| `tests/test_a.py` | 3 | 10.0 | 30.0 | 75.0 % |",
-                    "| `notebooks/01_x.ipynb` | 5 | 20.0 | 10.0 | 25.0 % |"]
+                    "| `notebooks/01_permutation_equivariance.ipynb` | 5 | 20.0 | 10.0 | 25.0 % |"]
     assert "| all 2 files | 8 | 30 | 40 | 100 % |" in text
     failed = "\n".join(suite_section({**suite, "returncode": 2}))
     assert "It failed (exit status 2)" in failed

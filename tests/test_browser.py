@@ -198,10 +198,12 @@ def lab_page(browser, lab):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
+        said = LabPage(page)  # listening from the first request on
         page.goto(f"{lab.url}/lab/workspaces/lessons?token={lab.token}")
         page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
         page.evaluate("() => window.jupyterapp.restored.then(() => null)")
-        yield LabPage(page)
+        assert not said.problems, "JupyterLab's own start: " + "; ".join(said.problems)
+        yield said
     finally:
         context.close()
 
