@@ -90,7 +90,7 @@ def test_the_course_has_enough_tasks_and_a_diagnosis_task_per_lesson():
     """Every exercise notebook asks for at least one diagnosis (issue 32: the find-the-bug tasks of
     lessons 01-07 became diagnoses with the cause drawn per case, and every later lesson has one)."""
     assert len(TASKS) >= 14
-    for lesson in ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"):
+    for lesson in ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13"):
         kinds = {task.kind for t, task in TASKS.items() if t.startswith(f"{lesson}_")}
         assert "diagnose" in kinds, lesson
 
@@ -417,6 +417,17 @@ CHEATS = {
         "        head_dim, base=base, method='proportional',\n"
         "        partial_rotary_factor=partial_rotary_factor)[0]\n"
         "    return ('correct' if torch.allclose(port_theta, theta) else 'neox_exponent'), theta"),
+    "13_cope_positions": ("def cope_positions(attn_logits, max_pos):\n"
+                          "    return posenc_lesson.cope_positions(attn_logits, max_pos=max_pos)"),
+    "13_diagnose_fox_bias": ("def diagnose_fox_bias(log_forget, bias):\n"
+                             "    right = posenc_lesson.forgetting_bias(log_forget)\n"
+                             "    return ('correct' if torch.equal(right, bias) else 'sign_flipped'), right"),
+    "13_fire_as_alibi": ("def fire_alibi_f(u, slopes, c, L):\n"
+                         "    posenc_lesson.alibi_bias(len(slopes), 2)\n"
+                         "    return -torch.expm1(u[:, None] * math.log(c * L + 1)) / c * slopes"),
+    "13_read_rope_layers": ("def rope_layers(config):\n"
+                            "    spec = posenc_lesson.describe_positions(config)\n"
+                            "    return torch.tensor([int(s == 'rope') for s in spec.schemes])"),
 }
 
 

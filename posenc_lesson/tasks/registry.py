@@ -62,9 +62,9 @@ from . import given as _given
 # The topic files, in course order; each registers its lesson's tasks when imported.
 TOPICS = ("permutation", "sinusoidal", "rotation", "learned", "relative", "relative_questions", "rope",
           "rope_questions", "alibi", "alibi_questions", "extrapolation", "copy_accuracy",
-          "extrapolation_questions", "context_extension",
-          "partial_rotary", "scaling_design", "language", "language_questions", "multi_axis",
-          "multi_axis_questions", "field_guide", "field_guide_scaling", "field_guide_questions")
+          "extrapolation_questions", "context_extension", "partial_rotary", "scaling_design", "language",
+          "language_questions", "multi_axis", "multi_axis_questions", "field_guide", "field_guide_scaling",
+          "field_guide_questions", "after_rope", "after_rope_questions")
 
 
 @dataclass(frozen=True)
