@@ -425,6 +425,9 @@ CHEATS = {
     "13_fire_as_alibi": ("def fire_alibi_f(u, slopes, c, L):\n"
                          "    posenc_lesson.alibi_bias(len(slopes), 2)\n"
                          "    return -torch.expm1(u[:, None] * math.log(c * L + 1)) / c * slopes"),
+    "13_predict_far_stick": ("def far_stick_share(i, L, z):\n"
+                             "    w = posenc_lesson.stick_breaking_weights(torch.full((i + 1, i + 1), z))\n"
+                             "    return float(w[i, :i - L].sum())"),
     "13_read_rope_layers": ("def rope_layers(config):\n"
                             "    spec = posenc_lesson.describe_positions(config)\n"
                             "    return torch.tensor([int(s == 'rope') for s in spec.schemes])"),

@@ -21,7 +21,9 @@ from posenc_lesson.tasks import after_rope_questions as questions
 load_topics()
 SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "13_after_rope.ipynb"
 COPE, FOX, FIRE, READ = "13_cope_positions", "13_diagnose_fox_bias", "13_fire_as_alibi", "13_read_rope_layers"
-TENSOR_TASKS = {COPE: topic._COPE_MISTAKES, FIRE: topic._FIRE_MISTAKES, READ: questions._ROPE_MISTAKES}
+FAR = "13_predict_far_stick"
+TENSOR_TASKS = {COPE: topic._COPE_MISTAKES, FIRE: topic._FIRE_MISTAKES, READ: questions._ROPE_MISTAKES,
+                FAR: questions._FAR_MISTAKES}
 
 
 def _solution(task_id: str):
@@ -36,12 +38,12 @@ def _solution(task_id: str):
 def test_the_kinds_entries_and_points():
     lesson = {t: task for t, task in TASKS.items() if t.startswith("13_")}
     assert {t: task.kind for t, task in lesson.items()} == {
-        COPE: "implement", FOX: "diagnose", FIRE: "derive", READ: "read",
+        COPE: "implement", FOX: "diagnose", FIRE: "derive", READ: "read", FAR: "predict",
         "13_q_fox_alibi_gate": "predict", "13_q_xpos_half_offset": "predict"}
-    assert sum(task.points for task in lesson.values()) == 10
+    assert sum(task.points for task in lesson.values()) == 12
 
 
-@pytest.mark.parametrize("task_id", [COPE, FOX, FIRE, READ])
+@pytest.mark.parametrize("task_id", [COPE, FOX, FIRE, READ, FAR])
 def test_the_solution_passes_visible_and_hidden_cases(task_id):
     fn = _solution(task_id)
     assert assess(task_id, outputs_of(task_id, fn)).points == 2
@@ -51,7 +53,7 @@ def test_the_solution_passes_visible_and_hidden_cases(task_id):
         assert result.points == 2, (seed, result.feedback)
 
 
-@pytest.mark.parametrize("task_id", [COPE, FOX, FIRE, READ])
+@pytest.mark.parametrize("task_id", [COPE, FOX, FIRE, READ, FAR])
 def test_hidden_cases_differ_per_seed_and_from_the_visible_ones(task_id):
     def flat(cases):
         return repr([[c if not isinstance(c, torch.Tensor) else c.tolist() for c in case] for case in cases])
@@ -118,6 +120,17 @@ def test_the_read_key_is_describe_positions_and_every_model_comes_once():
                 assert flags.tolist() == [float((i + 1) % 4 != 0) for i in range(n)]
         smollm3 = next(c for (c,) in cases if c["model_type"] == "smollm3")
         assert smollm3["no_rope_layers"] == questions._rope_ref(smollm3).int().tolist()  # 1: rotates
+
+
+def test_the_far_stick_key_is_measured_and_is_the_geometric_tail():
+    """The library's weights summed over the far keys equal (1 - beta)^L - (1 - beta)^i; the cases stay
+    inside the statement (L < i <= 4L, z in [-4, -1]) and leave a share the judge can tell from 0."""
+    for seed in range(0, 10):
+        for i, big_l, z in questions._far_cases(seed):
+            rest = 1 - torch.sigmoid(torch.tensor(z, dtype=torch.float64))
+            share = float(questions._far_ref(i, big_l, z))
+            assert share == pytest.approx(float(rest**big_l - rest**i), rel=1e-9)
+            assert 4 <= big_l < i <= 4 * big_l and -4 <= z <= -1 and share > 1e-3
 
 
 # ---- the mistakes are named, per case, on hidden inputs -----------------------------------------

@@ -1,6 +1,8 @@
 """Lesson 13's tasks (exercises/13_after_rope.ipynb), part 2: read which layers of a released model
-rotate (a RoPE/NoPE layer mix, or none), and the two concept questions: the constant forget gate that
-makes a FoX head one of ALiBi's heads, and the offset at which xPos halves its fastest-decaying pair.
+rotate (a RoPE/NoPE layer mix, or none), predict the share of stick-breaking's stick that the keys more
+than L back receive (measured with ``stick_breaking_weights``), and the two concept questions: the
+constant forget gate that makes a FoX head one of ALiBi's heads, and the offset at which xPos halves its
+fastest-decaying pair.
 
 The configs hold the position keys of released checkpoints' config.json as the course records them
 (tools/hf_checkpoint_configs.py, lesson 12's Llama 4 Scout), layers cut; the reference is
@@ -18,6 +20,7 @@ from torch import Tensor
 
 from .. import alibi as _alibi
 from .. import field_guide as _guide
+from .. import stick_breaking as _stick
 from .. import xpos as _xpos
 from .concepts import Misconception, number_judge, question
 from .field_guide import GUIDE_FORBIDDEN
@@ -120,6 +123,78 @@ register(Task(
                        "entry i is 1 if layer i rotates its queries and keys with RoPE as transformers "
                        "builds the model from this config, 0 if it has no position; a (num_hidden_layers,) "
                        "tensor."),
+))
+
+
+# --------------------------------------------------------------------------------------
+# 13_predict_far_stick (predict): the share of the stick that keys more than L back receive
+# --------------------------------------------------------------------------------------
+
+def _far_ref(i: int, big_l: int, z: float) -> Tensor:
+    """Measured with the library: query i's stick-breaking weights (every logit z, keys j < i) summed over
+    the keys more than L back, i - j > L (what lesson 13's section 10 masks)."""
+    weights = _stick.stick_breaking_weights(torch.full((i + 1, i + 1), z, dtype=torch.float64))[i]  # (i+1,)
+    return weights[: i - big_l].sum()
+
+
+def _far(i: int, big_l: int, z: float, *, near: int | None = None, end: int | None = None) -> Tensor:
+    """(1 - beta)^near - (1 - beta)^end: the stick left after the ``near`` nearest keys, less what the keys
+    past the last (``end``) would have taken; the knobs real mistakes turn."""
+    rest = 1 - 1 / (1 + math.exp(-z))  # 1 - beta
+    left = rest ** (big_l if near is None else near)
+    past_end = 0.0 if end == -1 else rest ** (i if end is None else end)  # what key 0 leaves
+    return torch.tensor(left - past_end, dtype=torch.float64)
+
+
+def _far_cases(seed: int = 0) -> list[tuple]:
+    """(i, L, z): L 4 .. 32, L < i <= 4 L, every logit z in [-4, -1]; the far share above 1e-3."""
+    if seed == 0:
+        return [(40, 16, -3.0), (20, 8, -2.0), (100, 32, -3.5), (12, 4, -1.0)]
+    g = seeded(1340 + seed)
+    cases: list[tuple] = []
+    while len(cases) < 4:
+        big_l = draw(g, 4, 32)
+        z = round(-1.0 - 3.0 * float(torch.rand((), generator=g)), 3)
+        case = (draw(g, big_l + 1, 4 * big_l), big_l, z)
+        if float(_far_ref(*case)) > 1e-3:
+            cases.append(case)
+    return cases
+
+
+_FAR_MISTAKES = [
+    Mistake(lambda i, L, z: _far(i, L, z, end=-1),
+            "your share is what the L nearest keys leave, (1 - beta)^L: the stick does not go on forever, "
+            "it ends at key 0, and what key 0 leaves nobody takes.",
+            "subtract the part of the stick still left after the farthest key.",
+            id="after_rope.stick_far_unending"),
+    Mistake(lambda i, L, z: _far(i, L, z, near=L - 1),
+            "off by one: 'more than L back' starts at distance L + 1, so the L nearest keys (distances "
+            "1 .. L) break before them.", "count the keys a query at i sees at distances 1 .. L.",
+            id="after_rope.stick_far_off_by_one"),
+    Mistake(lambda i, L, z: 1 - _far(i, L, z, end=-1),
+            "that is the share of the L nearest keys: the question asks for what the keys further back get.",
+            "what is left of the stick after the L nearest keys?", id="after_rope.stick_near_share"),
+    Mistake(lambda i, L, z: torch.tensor((i - L) / i, dtype=torch.float64),
+            "you split the weight evenly, as a softmax over equal logits does: stick-breaking has no "
+            "softmax, and the nearest key breaks off its share first.",
+            "key j gets beta times what the nearer keys left.",
+            id="after_rope.stick_as_softmax"),
+]
+
+register(Task(
+    id="13_predict_far_stick",
+    kind="predict",
+    title="Predict: what stick-breaking leaves for the keys more than L back",
+    points=2,
+    entry="far_stick_share",
+    forbidden=("posenc_lesson.stick_breaking_weights", "posenc_lesson.lab.after_rope_attention",
+               "posenc_lesson.tasks.after_rope_questions._far_ref"),
+    cases=_far_cases,
+    hidden=_far_cases,
+    run=call,
+    judge=tensor_judge(_far_ref, _FAR_MISTAKES, ("i", "L", "z"),
+                       "the sum of A[i, j] over the keys j with i - j > L, for a query at i whose logits to "
+                       "every key j < i are z: a number."),
 ))
 
 
