@@ -213,6 +213,13 @@ def test_what_a_cope_answer_puts_above_the_diagonal_is_not_graded():
     assert assess(COPE, outs, cases).points == 2
 
 
+def test_read_flags_as_bools_pass_too():
+    cases = hidden_cases(READ, 4)
+    as_bools = [questions._rope_ref(*c).bool() for c in cases]
+    assert assess(READ, as_bools, cases).points == 2
+    assert assess(READ, [b.tolist() for b in as_bools], cases).points == 2
+
+
 # ---- the concept questions: their keys measured with the library -------------------------------
 
 def test_the_fox_gate_key_makes_foxs_bias_alibis_second_head():

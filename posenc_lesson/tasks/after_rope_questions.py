@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from .concepts import Misconception, number_judge, question
 from .field_guide import GUIDE_FORBIDDEN
 from .field_guide_questions import SCOUT_TEXT
 from .judges import Mistake, call, draw, seeded, tensor_judge
-from .registry import Task, register
+from .registry import Judged, Task, register
 
 # --------------------------------------------------------------------------------------
 # 13_read_rope_layers (read): which layers of a released model rotate their queries and keys
@@ -109,6 +110,23 @@ _ROPE_MISTAKES = [
             id="after_rope.rope_nope_mix_ignored"),
 ]
 
+def _as_numbers(out: Any) -> Any:
+    """True/False flags read as 1/0: a bool tensor or list is as good an answer as an integer one."""
+    if isinstance(out, Tensor) and out.dtype == torch.bool:
+        return out.long()
+    if isinstance(out, list | tuple) and out and all(isinstance(v, bool) for v in out):
+        return [int(v) for v in out]
+    return out
+
+
+def _flags_judge(inner: Any) -> Any:
+    def judge(outputs: list, cases: list) -> Judged:
+        return inner([_as_numbers(o) for o in outputs], cases)
+
+    judge.mistakes, judge.known, judge.reference = inner.mistakes, inner.known, inner.reference  # type: ignore
+    return judge
+
+
 register(Task(
     id="13_read_rope_layers",
     kind="read",
@@ -119,10 +137,10 @@ register(Task(
     cases=_rope_cases,
     hidden=_rope_cases,
     run=call,
-    judge=tensor_judge(_rope_ref, _ROPE_MISTAKES, ("config",),
+    judge=_flags_judge(tensor_judge(_rope_ref, _ROPE_MISTAKES, ("config",),
                        "entry i is 1 if layer i rotates its queries and keys with RoPE as transformers "
                        "builds the model from this config, 0 if it has no position; a (num_hidden_layers,) "
-                       "tensor."),
+                       "tensor.")),
 ))
 
 
