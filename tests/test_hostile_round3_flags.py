@@ -30,7 +30,7 @@ FLAG_ONLY = {
     "compile and exec under other names": ("run, build = exec, compile\n", "dynamic-code"),
     "repr() of a module": ("import posenc_lesson as pl\nfolder = repr(pl).split(\"'\")[3]\n",
                            "introspection"),
-    "the originals a stub keeps while a later task": (
+    "an original dug out while the course's cells still run it": (
         "import posenc_lesson as pl\n"
         "cell = pl.apply_rope.__globals__['__posenc_disarmed__'].__closure__[0]\n",
         "introspection"),

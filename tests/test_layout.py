@@ -91,7 +91,7 @@ def test_the_rooms_hold_what_the_layout_promises():
     assert {"attention", "sinusoidal", "learned", "rope", "alibi", "viz", "_checks"} <= set(MATH)
     assert {"model", "copy_task", "train", "experiments"} <= set(LAB)
     assert {"registry", "judges", "concepts", "given"} <= set(TASKS_ROOM)
-    assert set(HARNESS) == {"__init__", "in_kernel", "watch", "disarm", "alone"}
+    assert set(HARNESS) == {"__init__", "in_kernel", "watch", "disarm", "alone", "task_fork"}
     assert not set(HARNESS) & set(TASKS_ROOM + GRADER) - {"__init__"}  # the kernel side lives in one room
     assert set(tasks_room.TOPICS) <= set(TASKS_ROOM)
     assert {"submissions", "plan", "kernel", "zygote", "sandbox", "grader", "report", "cli"} <= set(GRADER)

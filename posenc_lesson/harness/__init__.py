@@ -12,4 +12,5 @@ lesson content (no task, no reference, no judge, no right answer):
     disarm       the stubs that replace the code of the functions an exercise forbids, and the
                  refusal of torch's ready-made attention below torch's function modes
     alone        no thread or process of the learner's may be alive at a harvest
+    task_fork    each task's answer runs in a fork of the kernel without the originals it forbids
 """

@@ -234,15 +234,26 @@ def _dispatcher(originals: dict[int, tuple[types.CodeType, Any]]) -> Any:
     return dispatch
 
 
+def _kept(entries: list | None) -> list[int]:
+    """The stubs ``entries`` names ([[file, qualname], ...]; None: every stub) that still keep their
+    original (``kept_originals``: ``in_kernel.harvest`` forks to drop them only where there are some)."""
+    wanted = None if entries is None else [tuple(e) for e in entries]
+    return [key for key, (rel, qual, _name) in _stubbed.items() if key not in _gone and (
+        wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]))]
+
+
+def kept_originals(entries: list | None = None) -> int:
+    """How many of the stubs ``entries`` names still keep their original code in this process."""
+    return len(_kept(entries))
+
+
 def drop_originals(entries: list | None = None) -> int:
     """Let the stubs ``entries`` names ([[file, qualname], ...]; None: every stub) raise for good,
     for every caller, and drop their original code, with the code nested in it, from this
     process's tables (the dispatchers', the functions they rebuilt, the watch's table of the
     library's code). ``in_kernel.gate`` calls it before each task with what that task and every
     later one forbid. Returns how many stubs lost their original now."""
-    wanted = None if entries is None else [tuple(e) for e in entries]
-    keys = [key for key, (rel, qual, _name) in _stubbed.items() if key not in _gone and (
-        wanted is None or watch._match(wanted, rel, qual.split(".<locals>")[0]))]
+    keys = _kept(entries)
     gone: dict[int, types.CodeType] = {}
 
     def nested(code: types.CodeType) -> None:

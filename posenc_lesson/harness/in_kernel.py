@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import alone, disarm, watch
+from . import alone, disarm, task_fork, watch
 from .watch import LIBRARY, TORCH_FAMILIES, Watch, torch_family  # noqa: F401  (the grader's names)
 
 _MAX_MESSAGE = 300  # characters of an exception message or a string output kept
@@ -226,7 +226,8 @@ def install(checks_module: str | None = None, disarmed: list | None = None, *, r
     disarm.activate([])  # until the first task: the course's cells run the originals
     _state["refusal"] = alone.refusal  # our references: the learner's code may rebind the modules' names
     _state["activate"] = disarm.activate
-    _state["drop"] = disarm.drop_originals
+    _state["drop"], _state["kept"] = disarm.drop_originals, disarm.kept_originals
+    task_fork.install()
     alone.install()
 
 
@@ -248,6 +249,7 @@ def gate(out: str, forbidden: list | None = None, torch_families: list | tuple =
     _state["settrace"](None)
     if drop:
         _state["drop"](list(drop))  # no later task allows these: their original code leaves the process
+    _state["forbidden_now"] = None if forbidden is None else list(forbidden)  # harvest's child drops them
     _state["activate"](forbidden, torch_families)
     why = _state["refusal"]()
     if why is not None:
@@ -257,7 +259,9 @@ def gate(out: str, forbidden: list | None = None, torch_families: list | tuple =
 def harvest(job: str, out: str) -> None:
     """Run the learner's entry on the job's cases, watched, and save the plain outputs to ``out``;
     save {"refused": why} instead while a thread or process the learner started is alive, before
-    the run (the grader's ``gate`` checked it already) or after it (one the answer started)."""
+    the run (the grader's ``gate`` checked it already) or after it (one the answer started). Where
+    a later task allows some of what this one forbids (their originals are still in the kernel),
+    the answer runs in a fork of the kernel (``task_fork``) that drops those originals first."""
     _state["setprofile"](None)  # a profile or trace function the learner's code left would run in ours
     _state["settrace"](None)
     why = _state["refusal"]()
@@ -268,10 +272,17 @@ def harvest(job: str, out: str) -> None:
     namespace = _state["shell"].user_ns
     entry = spec["entry"]
     if entry not in namespace:
-        result: dict[str, Any] = {"missing": entry}
-    else:
-        result = {"outputs": run_cases(spec["run"], namespace[entry], decode(spec["cases"]), spec["watch"])}
+        _state["save"]({"missing": entry}, out)
+        return
+
+    def run() -> None:  # in a fork of this kernel (task_fork): no original of what the task forbids
+        result: dict[str, Any] = {
+            "outputs": run_cases(spec["run"], namespace[entry], decode(spec["cases"]), spec["watch"])}
         why = _state["refusal"]()
-        if why is not None:
-            result = {"refused": why}
-    _state["save"](result, out)
+        _state["save"](result if why is None else {"refused": why}, out)
+
+    forbidden = _state.get("forbidden_now", [])
+    if _state["kept"](forbidden):  # a later task allows some of these: their originals are still here
+        task_fork.run_in_child(run, lambda: _state["drop"](forbidden), _state["shell"])
+    else:  # the gate dropped every original this task forbids: nothing to leave behind in a fork
+        run()
