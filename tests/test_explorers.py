@@ -31,7 +31,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_explorer_fits_the_frame_cap_and_offers_its_defaults():
-    lessons = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"}  # 00 and 12 have none
+    lessons = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "13"}  # 00 and 12 have none
     assert {e.lesson for e in EXPLORERS.values()} == lessons
     for e in EXPLORERS.values():
         assert 1 < len(e.combinations()) <= MAX_FRAMES, e.id
@@ -86,6 +86,32 @@ def test_a_refused_setting_shows_its_message():
     assert early.t5_explorer(num_buckets=64, max_distance=16, bidirectional=False) is None
     message = render(e, {"num_buckets": 64, "max_distance": 16, "bidirectional": False})
     assert message.startswith(PNG) and message != render(e, e.defaults())
+
+
+def test_lesson_13s_explorer_offers_its_labs_schemes_and_draws_their_rows():
+    """Lesson 13's explorer offers the after-RoPE lab's six schemes and lesson 10's three baselines,
+    every window the lab scored by position, and draws the mean of the right CSV's rows:
+    13_results.csv for a new scheme, 10_results.csv for a baseline."""
+    import matplotlib.pyplot as plt
+
+    from posenc_lesson.explorers import late
+    from posenc_lesson.lab.after_rope_lab import AFTER_ROPE_SCHEMES, FULL
+    from posenc_lesson.lab.lm_lab import read_csv, value
+
+    e = EXPLORERS["13_after_rope_explorer"]
+    assert e.uses_lab and e.controls["scheme"] == [*AFTER_ROPE_SCHEMES, *late.AFTER_ROPE_BASELINES]
+    assert e.controls["length"] == [n for n in FULL.eval_lengths if n >= FULL.train_length]
+    for scheme, csv in (("fox", "13_results.csv"), ("rope", "10_results.csv")):
+        rows = read_csv(ROOT / "notebooks" / csv)
+        positions = sorted({r["position"] for r in rows if r["metric"] == "bpb_position"
+                            and r["scheme"] == scheme and r["length"] == 256})
+        want = [value(rows, scheme, "bpb_position", 256, position=p) for p in positions]
+        assert len(want) == 256 // FULL.bin_size and late.after_rope_explorer(scheme, 256) == want, scheme
+    with pytest.raises(ValueError, match="scheme='learned'"):
+        late.after_rope_explorer("learned")
+    with pytest.raises(ValueError, match="length=32"):
+        late.after_rope_explorer("fox", 32)
+    plt.close("all")
 
 
 def test_every_explorer_cell_of_every_lesson_calls_a_registered_explorer():

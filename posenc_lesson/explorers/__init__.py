@@ -30,6 +30,8 @@ different, the values the lesson's text points to). The coarser steps, JupyterLa
     09 stretch_explorer   method: every one; factor 1..32 step 1 -> 1, 4, 8, 32          20
     10 position_explorer  scheme, length: every value                                   28
     11 grid_scores        G 4..16 step 2, coordinates, base: every value                 28
+    13 after_rope_explorer  scheme (the six new, then the RoPE, ALiBi, NoPE
+                          baselines), length: every value                               36
 
 ``render(explorer, values)`` draws one frame as PNG bytes, exactly as the build writes it;
 ``Explorer.key`` is its cache key (tools/build_book_explorers.py keeps frames under it).
@@ -58,6 +60,7 @@ from .early import (
     table_explorer,
 )
 from .late import (
+    after_rope_explorer,
     alibi_explorer,
     grid_scores,
     lab_explorer,
@@ -78,8 +81,9 @@ class Explorer:
         fn: the plot function (draws one figure for keyword arguments named like the controls).
         controls: control name -> the values the site offers, in order.
         alt: alt text for a frame; "{name}" is replaced by the control's value.
-        uses_lab: its frames also depend on posenc_lesson/lab/ (lesson 08's models, lesson
-            10's CSV reader and results): a change there renders its frames again, not the others'.
+        uses_lab: its frames also depend on posenc_lesson/lab/ (lesson 08's models, lessons
+            10 and 13's CSV reader and results): a change there renders its frames again, not the
+            others'.
     """
 
     lesson: str
@@ -121,7 +125,7 @@ class Explorer:
 # what a frame depends on: the library's top-level modules (the encodings, attention, viz), this
 # package (its drawings and stored data: lesson 04's table, lesson 08's weights) and the
 # versions of the libraries that compute and draw; for the lab explorers also the lab's code
-# and lesson 10's CSV. Not the grader, the grading entry point or the exercises' tasks.
+# and lessons 10 and 13's CSVs. Not the grader, the grading entry point or the exercises' tasks.
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -136,9 +140,10 @@ def drawing_digest(uses_lab: bool = False) -> str:
     files = [*_PACKAGE.glob("*.py"), *(f for f in Path(__file__).parent.rglob("*")
                                        if f.is_file() and f.suffix in {".py", ".pt"})]
     if uses_lab:
+        from ..lab.after_rope_lab import RESULTS_CSV as AFTER_ROPE_CSV
         from ..lab.lm_lab import RESULTS_CSV
 
-        files += [*(_PACKAGE / "lab").glob("*.py"), RESULTS_CSV]
+        files += [*(_PACKAGE / "lab").glob("*.py"), RESULTS_CSV, AFTER_ROPE_CSV]
     digest = hashlib.sha256()
     for f in sorted(files):
         digest.update(f.relative_to(_PACKAGE.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
@@ -191,6 +196,8 @@ def _draw(explorer: Explorer, values: dict, mpl, plt, viz) -> bytes:
 
 
 _SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "shaw", "t5")  # lab.model.SCHEMES, in order
+# lesson 13's: lab.after_rope_attention.AFTER_ROPE_SCHEMES, then its baselines (late.AFTER_ROPE_BASELINES)
+_AFTER_ROPE = ("xpos", "fox", "cope", "fire", "stick_breaking", "rope_nope", *late.AFTER_ROPE_BASELINES)
 _REGISTERED = [
     Explorer("01", early.explore_order,
              {"order": [0, 1, 2, 3, 4, 5], "encoding": ["none", "sinusoidal"], "causal": [False, True]},
@@ -237,6 +244,10 @@ _REGISTERED = [
               "base": [100.0, 10000.0]},
              "Axial RoPE scores of the centre query against every patch of a {G} x {G} grid, {coordinates} "
              "coordinates, base {base}"),
+    Explorer("13", late.after_rope_explorer,
+             {"scheme": list(_AFTER_ROPE), "length": [64, 128, 256, 512]},
+             "After-RoPE lab, {scheme}: bits per byte by position in windows of {length} bytes, each seed "
+             "thin, the mean thick", uses_lab=True),
 ]
 
 EXPLORERS: dict[str, Explorer] = {e.id: e for e in _REGISTERED}
@@ -246,7 +257,7 @@ for _e in _REGISTERED:
     assert _n <= MAX_FRAMES, f"explorer {_e.id} has {_n} frames, more than {MAX_FRAMES}"
     assert all(v in _e.controls[k] for k, v in _e.defaults().items()), f"{_e.id}: a default is not offered"
 
-__all__ = ["EXPLORERS", "MAX_FRAMES", "ORDERS", "Explorer", "alibi_explorer", "draw_offset", "draw_t5",
-           "early", "explore_order", "explore_table", "grid_scores", "lab_explorer", "label", "late",
-           "learned_copy_table", "position_explorer", "render", "rope_pair_explorer", "stretch_explorer",
-           "t5_explorer", "table_explorer"]
+__all__ = ["EXPLORERS", "MAX_FRAMES", "ORDERS", "Explorer", "after_rope_explorer", "alibi_explorer",
+           "draw_offset", "draw_t5", "early", "explore_order", "explore_table", "grid_scores", "lab_explorer",
+           "label", "late", "learned_copy_table", "position_explorer", "render", "rope_pair_explorer",
+           "stretch_explorer", "t5_explorer", "table_explorer"]

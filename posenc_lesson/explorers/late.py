@@ -1,9 +1,10 @@
-"""Explorers of lessons 06 to 11: one RoPE pair, ALiBi's heads, the copy lab's trained models,
-stretched frequencies, the language lab's loss by position, 2-D RoPE's scores on a grid.
+"""Explorers of lessons 06 to 13: one RoPE pair, ALiBi's heads, the copy lab's trained models,
+stretched frequencies, the language lab's loss by position, 2-D RoPE's scores on a grid, the
+after-RoPE lab's loss by position.
 
-The lab explorers (08, 10) draw from what the labs stored, never by training: lesson 08's from
+The lab explorers (08, 10, 13) draw from what the labs stored, never by training: lesson 08's from
 the full lab's seed-0 weights (posenc_lesson.explorers.lab_models), lesson 10's from
-notebooks/10_results.csv.
+notebooks/10_results.csv, lesson 13's from notebooks/13_results.csv and lesson 10's baselines.
 
 Each function draws one figure for one setting of its explorer's controls (its keyword
 arguments, defaults = the first frame); lessons call them through ``viz.explorer``, the
@@ -27,6 +28,11 @@ from ..rope_scaling import scaled_rope_frequencies
 # lessons 08 and 10's colours, one per scheme
 SCHEME_COLOURS = {"none": "0.5", "sinusoidal": "C0", "learned": "C3", "rope": "C2", "alibi": "C1",
                   "shaw": "C4", "t5": "C5"}
+# lesson 13: its baselines, lesson 10's models (notebooks/10_results.csv), and its colours, one per
+# scheme (the baselines keep lesson 10's)
+AFTER_ROPE_BASELINES = ("rope", "alibi", "none")
+AFTER_ROPE_COLOURS = {"xpos": "C0", "fox": "C3", "cope": "C4", "fire": "C5", "stick_breaking": "C6",
+                      "rope_nope": "C8", **{s: SCHEME_COLOURS[s] for s in AFTER_ROPE_BASELINES}}
 # lesson 09's colours, one per scaling method
 COLOURS = {"none": "0.45", "linear": "C0", "ntk": "C1", "dynamic": "C4", "yarn": "C2", "llama3": "C3"}
 # lesson 09's head: Dh, base and training length of a Llama-sized model
@@ -193,13 +199,42 @@ def position_explorer(scheme="sinusoidal", length=512):
     bytes (notebooks/10_results.csv, what `make experiments` wrote): each seed a thin line, their
     mean thick, L = 64 dashed. A learned table has no row past L: its window is L. Returns the
     mean curve's values."""
-    from ..lab.lm_lab import FULL, value
+    from ..lab.lm_lab import FULL, RESULTS_CSV
 
-    rows = _lm_rows()
     L = FULL.train_length
     if scheme == "learned" and length > L:
         print(f"learned: no row past L = {L}, so no window of {length} bytes")
         length = L
+    return _loss_by_position(_csv_rows(RESULTS_CSV), scheme, length, SCHEME_COLOURS[scheme])
+
+
+def after_rope_explorer(scheme="fox", length=512):
+    """Lesson 13: the after-RoPE lab's loss by position in non-overlapping windows of `length`
+    bytes, drawn as lesson 10's explorer draws it: the six new schemes from
+    notebooks/13_results.csv, the baselines (AFTER_ROPE_BASELINES: RoPE, ALiBi, NoPE) from lesson
+    10's notebooks/10_results.csv, trained the same way. Each seed a thin line, their mean thick,
+    L = 64 dashed. Returns the mean curve's values."""
+    from ..lab.after_rope_lab import AFTER_ROPE_SCHEMES, FULL
+    from ..lab.after_rope_lab import RESULTS_CSV as AFTER_ROPE_CSV
+    from ..lab.lm_lab import RESULTS_CSV
+
+    schemes = (*AFTER_ROPE_SCHEMES, *AFTER_ROPE_BASELINES)
+    if scheme not in schemes:
+        raise ValueError(f"scheme={scheme!r} is not one of lesson 13's schemes; pick one of {schemes}")
+    lengths = [n for n in FULL.eval_lengths if n >= FULL.train_length]  # bpb_position's windows
+    if length not in lengths:
+        raise ValueError(f"length={length!r}: the lab scored loss by position only in windows of {lengths} "
+                         "bytes; pick one of those")
+    csv = AFTER_ROPE_CSV if scheme in AFTER_ROPE_SCHEMES else RESULTS_CSV
+    return _loss_by_position(_csv_rows(csv), scheme, length, AFTER_ROPE_COLOURS[scheme])
+
+
+def _loss_by_position(rows, scheme, length, colour):
+    """One scheme's bpb_position rows at window length `length` (lm_lab's CSV): each seed of the
+    language labs' config (lm_lab.FULL) a thin line, their mean thick, L dashed; the mean's values."""
+    from ..lab.lm_lab import FULL, value
+
+    L = FULL.train_length
 
     def by_position(seed=None):
         pts = sorted({r["position"] for r in rows if r["metric"] == "bpb_position" and r["scheme"] == scheme
@@ -209,10 +244,9 @@ def position_explorer(scheme="sinusoidal", length=512):
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for seed in FULL.seeds:
         pts, ys = by_position(seed)
-        ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=SCHEME_COLOURS[scheme], lw=0.8, alpha=0.6)
+        ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=colour, lw=0.8, alpha=0.6)
     pts, ys = by_position()
-    ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=SCHEME_COLOURS[scheme], lw=2.5,
-            label=f"{scheme}, mean")
+    ax.plot([p + FULL.bin_size / 2 for p in pts], ys, color=colour, lw=2.5, label=f"{scheme}, mean")
     ax.axvline(L, color="k", ls="--", lw=0.8)
     ax.set_title(f"{scheme}: loss by position, windows of {length} bytes")
     ax.set_xlabel("position t in the window")
@@ -222,17 +256,18 @@ def position_explorer(scheme="sinusoidal", length=512):
     return ys
 
 
-_LM_ROWS: dict = {}
+_ROWS: dict = {}
 
 
-def _lm_rows() -> list[dict]:
-    """notebooks/10_results.csv, read once per process (reread when the file changes)."""
-    from ..lab.lm_lab import RESULTS_CSV, read_csv
+def _csv_rows(path) -> list[dict]:
+    """A language lab's results CSV (notebooks/10_results.csv, 13_results.csv), read once per
+    process (reread when the file changes)."""
+    from ..lab.lm_lab import read_csv
 
-    stamp = RESULTS_CSV.stat().st_mtime_ns
-    if _LM_ROWS.get("stamp") != stamp:
-        _LM_ROWS.update(stamp=stamp, rows=read_csv(RESULTS_CSV))
-    return _LM_ROWS["rows"]
+    stamp = path.stat().st_mtime_ns
+    if _ROWS.get(path, (None,))[0] != stamp:
+        _ROWS[path] = (stamp, read_csv(path))
+    return _ROWS[path][1]
 
 
 def grid_scores(G=8, coordinates="integer", base=100.0):
