@@ -9,6 +9,7 @@ would read: the cell's outputs and the widget state stored in the notebook's met
 from __future__ import annotations
 
 import base64
+import copy
 import os
 
 import nbformat
@@ -44,28 +45,44 @@ MOVE = ("w.children[0].value = 4  # a slider moved: a plain redraw\n"
         "assert w.result == 5 and calls == [(2, 1), (4, 1)], (w.result, calls)")
 
 
-def _run(*sources: str) -> nbformat.NotebookNode:
-    """Run the cells in a fresh kernel with the backend a learner's kernel has (inline): an
-    MPLBACKEND left in this process's environment (Agg) would draw nothing."""
+def _run(*sources: str) -> list[nbformat.NotebookNode]:
+    """Run the cells in one fresh kernel with the backend a learner's kernel has (inline): an
+    MPLBACKEND left in this process's environment (Agg) would draw nothing. Returns the notebook
+    as a viewer would read it after each cell: its outputs and its stored widget state."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     saved = os.environ.pop("MPLBACKEND", None)
+    after = []
     try:
-        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        client = NotebookClient(nb, timeout=120, kernel_name="python3")
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+                client.set_widgets_metadata()  # what saving the notebook now would store
+                after.append(copy.deepcopy(nb))
     finally:
         if saved is not None:
             os.environ["MPLBACKEND"] = saved
-    return nb
+    return after
 
 
 @pytest.fixture(scope="module")
-def executed() -> nbformat.NotebookNode:
-    return _run(SETUP, EXPLORE)
-
-
-@pytest.fixture(scope="module")
-def moved() -> nbformat.NotebookNode:
+def runs() -> list[nbformat.NotebookNode]:
+    """One kernel: the explorer's cell, then a slider moved in the next one."""
     return _run(SETUP, EXPLORE, MOVE)
+
+
+@pytest.fixture(scope="module")
+def executed(runs) -> nbformat.NotebookNode:
+    """The notebook once the explorer's cell ran (the slider not moved yet)."""
+    first = copy.deepcopy(runs[1])
+    first.cells = first.cells[:2]
+    return first
+
+
+@pytest.fixture(scope="module")
+def moved(runs) -> nbformat.NotebookNode:
+    return runs[2]
 
 
 def _frames(nb: nbformat.NotebookNode) -> list:
