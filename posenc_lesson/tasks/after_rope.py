@@ -1,7 +1,8 @@
 """Lesson 13's tasks (exercises/13_after_rope.ipynb), part 1: CoPE's contextual positions from the
 attention logits (the one implement task), a colleague's Forgetting Transformer bias to diagnose (its
 cause drawn per case: right, the key's own gate counted, the sign flipped, the gate product added
-without its log, the causal mask left out), and the FIRE function that makes FIRE equal ALiBi (derive:
+without its log, sigmoid where logsigmoid belongs; masked or not above the diagonal, a convention that is
+never graded), and the FIRE function that makes FIRE equal ALiBi (derive:
 the statement gives the requirement, not the formula). The read task on RoPE/NoPE layer mixes and the
 two concept questions are in ``after_rope_questions.py``.
 
@@ -143,34 +144,40 @@ register(Task(
 
 # --------------------------------------------------------------------------------------
 # 13_diagnose_fox_bias (diagnose): a colleague's FoX bias, right or with one of four bugs (drawn per
-# case); name the cause and write the right bias
+# case); name the cause and write the right bias. Graded on j <= i only: whether the colleague's bias
+# and the fix mask the keys j > i is a convention (x-transformers' DataDependentAlibi leaves them
+# unmasked, the library's forgetting_bias puts -inf there), drawn per case.
 # --------------------------------------------------------------------------------------
 
 def _fox_ref(log_forget: Tensor) -> Tensor:
     return _forgetting.forgetting_bias(log_forget.double())  # (..., T, T), -inf above the diagonal
 
 
-FOX_CAUSES = ("correct", "own_gate_included", "sign_flipped", "product_not_log", "mask_missing")
+FOX_CAUSES = ("correct", "own_gate_included", "sign_flipped", "product_not_log", "sigmoid_not_logsigmoid")
 
 
-def _fox_port(log_forget: Tensor, cause: str) -> Tensor:
-    """The (..., T, T) bias the colleague's code returns with this cause."""
+def _fox_port(log_forget: Tensor, cause: str, *, masked: bool = True) -> Tensor:
+    """The (..., T, T) bias the colleague's code returns with this cause: -inf above the diagonal
+    (``masked``, as forgetting_bias) or the formula on every pair (as x-transformers' DataDependentAlibi,
+    whose attention masks the keys j > i later)."""
     lf = log_forget.double()
     t = lf.shape[-1]
     c = lf.cumsum(-1)  # (..., T): c_i = sum_{l <= i} log f_l
-    above = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T): j > i
     d = c[..., :, None] - c[..., None, :]  # (..., T, T): sum_{l=j+1..i} log f_l on j <= i
-    masked = lambda x: x.masked_fill(above, float("-inf"))  # noqa: E731
-    return {"correct": lambda: masked(d),
-            "own_gate_included": lambda: masked(d + lf[..., None, :]),  # l = j .. i
-            "sign_flipped": lambda: masked(-d),
-            "product_not_log": lambda: masked(d.exp()),  # prod f_l added to the logits
-            "mask_missing": lambda: d}[cause]()
+    gates = lf.exp().cumsum(-1)  # (..., T): sum_{l <= i} f_l, a sigmoid where a logsigmoid belongs
+    bias = {"correct": lambda: d,
+            "own_gate_included": lambda: d + lf[..., None, :],  # l = j .. i
+            "sign_flipped": lambda: -d,
+            "product_not_log": lambda: d.exp(),  # prod f_l added to the logits
+            "sigmoid_not_logsigmoid": lambda: gates[..., :, None] - gates[..., None, :]}[cause]()
+    above = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T): j > i
+    return bias.masked_fill(above, float("-inf")) if masked else bias
 
 
 def _fox_cause(log_forget: Tensor, bias: Tensor) -> str:
-    """The one cause whose bias the colleague's is (the cases are drawn so that exactly one is)."""
-    found = [c for c in FOX_CAUSES if torch.allclose(_fox_port(log_forget, c), bias.double(), atol=1e-6)]
+    """The one cause whose bias the colleague's is on j <= i (the cases are drawn so that exactly one is)."""
+    seen = _lower(bias.double())
+    found = [c for c in FOX_CAUSES if torch.allclose(_lower(_fox_port(log_forget, c)), seen, atol=1e-6)]
     if len(found) != 1:
         raise ValueError("not a case of this task")
     return found[0]
@@ -178,44 +185,35 @@ def _fox_cause(log_forget: Tensor, bias: Tensor) -> str:
 
 def _fox_cases(seed: int = 0) -> list[tuple]:
     """(log_forget (H, T) < 0, bias (H, T, T)): H 1 .. 3, T 3 .. 10, gates f = sigmoid(x) in (0.05, 0.999);
-    every cause once, in an order drawn per seed."""
+    every cause once, in an order drawn per seed; the keys j > i masked (-inf) in some biases, left as the
+    formula gives them in others (at least one of each per seed)."""
     g = seeded(1310 + seed)
-    order = ["own_gate_included", "correct", "mask_missing", "product_not_log", "sign_flipped"] if seed == 0 \
-        else [FOX_CAUSES[int(j)] for j in torch.randperm(len(FOX_CAUSES), generator=g)]
+    if seed == 0:
+        order = ["own_gate_included", "correct", "sigmoid_not_logsigmoid", "product_not_log", "sign_flipped"]
+        unmasked = [False, True, False, False, True]
+    else:
+        order = [FOX_CAUSES[int(j)] for j in torch.randperm(len(FOX_CAUSES), generator=g)]
+        unmasked = [True, False, *(bool(v) for v in torch.rand(len(order) - 2, generator=g) < 0.5)]
     cases = []
-    for cause in order:
+    for cause, bare in zip(order, unmasked, strict=True):
         h, t = (2, 5) if seed == 0 and cause == "correct" else (draw(g, 1, 3), draw(g, 3, 10))
         gates = 0.05 + 0.949 * torch.rand(h, t, generator=g, dtype=torch.float64)  # (H, T)
         log_forget = gates.log().float()
-        cases.append((log_forget, _fox_port(log_forget, cause).float()))
+        cases.append((log_forget, _fox_port(log_forget, cause, masked=not bare).float()))
     return cases
 
 
-def _finite_below(out: Any) -> Any:
-    """A fix with its masked entries set to 0 where they mask (-inf or a large negative number: a
-    convention); anything else is left for the judge to name."""
-    got = as_float_tensor(out)
-    if got is None or got.dim() < 2 or got.shape[-1] != got.shape[-2]:
-        return out
-    above = torch.ones(got.shape[-1], got.shape[-1], dtype=torch.bool).triu(1)
-    return _lower(got) if bool((got[..., above] <= -1e4).all()) else got
-
-
 _FOX_FIX_MISTAKES = [
-    Mistake(lambda lf, b: _finite_below(b.double()), "your fix returns the colleague's bias unchanged.",
+    Mistake(lambda lf, b: _lower(b.double()), "your fix returns the colleague's bias unchanged.",
             "write the bias a right implementation gives these gates.", id="after_rope.fox_fix_kept_port"),
     Mistake(lambda lf, b: _lower(_fox_port(lf, "own_gate_included")),
             "your fix counts the key's own gate: key j is discounted by the gates after it, l = j + 1 .. i "
             "(the diagonal, a token's own key, gets 0).", "what should D[i, i] be?",
             id="after_rope.fox_fix_own_gate"),
-    Mistake(lambda lf, b: _fox_port(lf, "mask_missing"),
-            "your fix leaves the keys after the query unmasked: FoX attends causally.",
-            "put -inf (or a very large negative number) above the diagonal.",
-            id="after_rope.fox_fix_unmasked"),
 ]
 _FOX_FIX = tensor_judge(lambda lf, b: _lower(_fox_ref(lf)), _FOX_FIX_MISTAKES, ("log_forget", "bias"),
-                        "D[..., i, j] = sum over l = j + 1 .. i of log_forget[..., l] for j <= i; the keys "
-                        "j > i masked (-inf); a (H, T, T) tensor.")
+                        "D[..., i, j] = sum over l = j + 1 .. i of log_forget[..., l] for j <= i (what a "
+                        "masked key j > i gets is not graded); a (H, T, T) tensor.")
 _FOX_SAID = {  # id: (what the wrong cause shows, hint)
     "after_rope.fox_not_a_cause": (f"your cause is not one of {', '.join(FOX_CAUSES)}.",
                                    "return exactly one of the cause strings."),
@@ -227,7 +225,7 @@ _FOX_SAID = {  # id: (what the wrong cause shows, hint)
         "build the right bias first, and compare."),
     "after_rope.fox_causes_confused": (
         "you named another bug than the one that gives this bias: each bug leaves its own trace.",
-        "look at the diagonal, at the sign of the entries below it and at what sits above it."),
+        "look at the diagonal, and at the sign and the size of the entries below it."),
 }
 
 
@@ -241,7 +239,7 @@ def _fox_reasoning(truth: str, answer: object) -> str:
 
 @diagnoses(*_FOX_SAID, *_FOX_FIX.mistakes)
 def _fox_judge(outputs: list, cases: list) -> Judged:
-    """Per case half a share for the cause, half for the bias (tasks/diagnosis.py)."""
+    """Per case half a share for the cause, half for the bias, both read on j <= i (tasks/diagnosis.py)."""
     def cause_of(cause: object, case: tuple) -> tuple[str | None, str]:
         truth = _fox_cause(*case)
         if isinstance(cause, str) and cause.strip() == truth:
@@ -250,7 +248,7 @@ def _fox_judge(outputs: list, cases: list) -> Judged:
         return wrong, feedback(*_FOX_SAID[wrong])
 
     return cause_and_fix(outputs, cases, pair=("cause", "bias"), unit="biases", done="diagnosed and fixed",
-                         cause_of=cause_of, fix_of=lambda bias, case: _FOX_FIX([_finite_below(bias)], [case]),
+                         cause_of=cause_of, fix_of=lambda bias, case: _FOX_FIX([_on_triangle(bias)], [case]),
                          how=f"return one of {FOX_CAUSES} and the (H, T, T) bias.")
 
 register(Task(

@@ -5,9 +5,10 @@ constant forget gate that makes a FoX head one of ALiBi's heads, and the offset 
 fastest-decaying pair.
 
 The configs hold the position keys of released checkpoints' config.json as the course records them
-(tools/hf_checkpoint_configs.py, lesson 12's Llama 4 Scout), layers cut; the reference is
-``describe_positions``, whose layer rules equal transformers' modeling code (lesson 12). The concept
-questions' answers come from ``alibi_slopes`` and ``xpos_zeta``.
+(tools/hf_checkpoint_configs.py, lesson 12's Llama 4 Scout with the ``"no_rope_layers": []`` its published
+text_config writes), layers cut; the reference is ``describe_positions``, whose layer rules equal
+transformers' (lesson 12; Llama4TextConfig builds the list from no_rope_layer_interval when it is
+empty). The concept questions' answers come from ``alibi_slopes`` and ``xpos_zeta``.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ MODELS = ("smollm3", "cohere2", "llama4", "mixtral")
 
 def _config(model: str, layers: int) -> dict:
     """The model's config with ``layers`` layers, as its config.json writes it (SmolLM3's no_rope_layers
-    list cut with it; Llama 4 in the multimodal form, the text model under text_config)."""
+    list cut with it; Llama 4 in the multimodal form, the text model under text_config, with Scout's empty
+    no_rope_layers: Llama4TextConfig reads [] as no list and derives it from no_rope_layer_interval)."""
     if model == "llama4":
-        text = dict(copy.deepcopy(SCOUT_TEXT), num_hidden_layers=layers)
+        text = dict(copy.deepcopy(SCOUT_TEXT), num_hidden_layers=layers, no_rope_layers=[])
         return {"model_type": "llama4", "text_config": text}
     base = {"smollm3": SMOLLM3, "cohere2": COMMAND_R7B, "mixtral": MIXTRAL}[model]
     config = dict(copy.deepcopy(base), num_hidden_layers=layers)
@@ -71,6 +73,11 @@ def _mixed(config: dict) -> bool:
 
 def _layers(config: dict) -> int:
     return (config.get("text_config") or config)["num_hidden_layers"]
+
+
+def _empty_list(config: dict) -> bool:
+    """Whether the config writes no_rope_layers as an empty list (Scout's text_config)."""
+    return (config.get("text_config") or config).get("no_rope_layers", None) == []
 
 
 def _pattern(config: dict, nope_at: int = 3) -> Tensor:
@@ -104,6 +111,16 @@ _ROPE_MISTAKES = [
             "without no_rope_layers, a no_rope_layer_interval or Cohere 2's sliding pattern rotates in "
             "every layer.", "which key tells you that a layer has no RoPE? Does every config have it?",
             id="after_rope.nope_pattern_assumed"),
+    Mistake(lambda c: torch.zeros(0) if _empty_list(c) else _rope_ref(c),
+            "you took Scout's \"no_rope_layers\": [] as the flags themselves: an empty list has no entry for "
+            "any layer, and your answer came out empty.",
+            "what does transformers' Llama4TextConfig do when no_rope_layers is empty?",
+            id="after_rope.empty_no_rope_layers_taken_literally"),
+    Mistake(lambda c: torch.ones(_layers(c)) if _empty_list(c) else _rope_ref(c),
+            "you read Scout's empty no_rope_layers as 'no layer goes without RoPE': transformers does not "
+            "read an empty list as a list of flags.",
+            "what does transformers' Llama4TextConfig do when no_rope_layers is empty?",
+            id="after_rope.empty_no_rope_layers_as_every_layer_rotating"),
     Mistake(lambda c: torch.ones(_layers(c)),
             "you have every layer rotate: these configs leave some layers without any position.",
             "look for no_rope_layers, no_rope_layer_interval and Cohere 2's sliding_window_pattern.",
