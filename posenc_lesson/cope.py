@@ -9,7 +9,7 @@ before it, and the position of key j is the sum of the gates from j up to i:
 p is a real number, so its embedding is interpolated between the two integer positions around it,
 and what enters the logits is the query's dot product with it:
 
-    e[p]     = (ceil(p) - p) e[floor(p)] + (p - floor(p)) e[ceil(p)]
+    e[p]     = (1 - w) e[floor(p)] + w e[ceil(p)],     w = p - floor(p)   (e[p] at an integer p)
     bias     = q_i . e[p[i, j]],          scores = z[i, j] + bias[i, j]
 
 Positions are clamped to max_pos - 1, the last row of the table e. With every gate 1,

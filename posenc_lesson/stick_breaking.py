@@ -15,8 +15,9 @@ A[i, j] = b (1 - b) ** (i - j - 1): log A falls linearly with distance, slope -l
 Index names: the paper writes the query as j and the key as i; here, as in the rest of the
 library, i is the query and j the key. The authors' reference (stickbreaking_attention/sb_ref.py,
 github.com/shawntan/stickbreaking-attention) computes the same in log space,
-log A = logsigmoid(z[i, j]) + sum_k logsigmoid(-z[i, k]), and has an ``attend_current`` switch
-that lets query i take a share of its own key (j = i, and k runs up to i).
+log A = logsigmoid(z[i, j]) + sum_k logsigmoid(-z[i, k]); the stored version (commit ea69b8dd,
+``stickbreaking(q, k, v, mask, cum_weight)``) has no switch for the query's own key. The
+``attend_current`` switch (j = i allowed, and k runs up to i) is the kernel API's, and this one's.
 Taught in notebooks/13 (after RoPE).
 """
 

@@ -16,8 +16,9 @@ the two scales meet:
 so every pair's contribution decays with the offset m - n, fast for the low pairs (zeta_0 = 2/7)
 and slowly for the high ones (zeta_i -> 1). The centre c cancels in every score; it only keeps
 the scales near 1 so that neither q' nor k' over- or underflows. rotary-embedding-torch
-(``RotaryEmbedding.get_scale``) and the paper's torchscale code centre at c = T // 2 for a call
-with T tokens; that is the default here too.
+(``RotaryEmbedding.get_scale``) centres at c = T // 2 for a call with T tokens, the default here
+too; the paper's torchscale code (min_pos = -(length + offset) // 2) centres at ceil(T / 2), the
+same for even T.
 
 Taught in notebooks/13 (after RoPE).
 """
