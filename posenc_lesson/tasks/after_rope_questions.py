@@ -289,7 +289,7 @@ register(question(
     judge=number_judge(_xpos_half_offset, [
         Misconception(lambda: _xpos_half_offset() / 2,
                       "you let the query's and the key's scales both shrink the score: they are inverses, "
-                      "so in q'_m . k'_n they meet as one factor zeta ** ((m - n) / gamma).",
+                      "so in q'_m . k'_n they meet as one factor zeta ** ((m - n) / lambda).",
                       "write q'_m . k'_n for a single pair and collect the powers of zeta.",
                       id="after_rope.xpos_decay_counted_twice"),
         Misconception(lambda: XPOS_SCALE_BASE * math.log(0.5) / math.log(0.4),
@@ -297,10 +297,10 @@ register(question(
                       "0.4 / 1.4.",
                       "divide by 1.4.", id="after_rope.xpos_zeta_not_divided"),
         Misconception(lambda: _xpos_half_offset(1.0),
-                      "that is the offset in units of the scale base: the exponent is offset / gamma, "
-                      "gamma = 512.", "multiply by gamma.", id="after_rope.xpos_scale_base_left_out"),
+                      "that is the offset in units of the scale base: the exponent is offset / lambda, "
+                      "lambda = 512.", "multiply by lambda.", id="after_rope.xpos_scale_base_left_out"),
         Misconception(XPOS_SCALE_BASE, "the scale base is where zeta's power reaches 1, a factor zeta_0, "
                       "not a half.", "solve zeta_0 ** (offset / 512) = 1/2.",
                       id="after_rope.xpos_half_at_scale_base"),
-    ], "pair 0 of an xPos head (Dh = 64, scale_base gamma = 512): its term of q'_m . k'_n carries the factor "
-       "zeta_0 ** ((m - n) / gamma). Give 1 decimal or more.", rtol=5e-4)))
+    ], "pair 0 of an xPos head (Dh = 64, scale_base lambda = 512): its term of q'_m . k'_n carries the "
+       "factor zeta_0 ** ((m - n) / lambda). Give 1 decimal or more.", rtol=5e-4)))
