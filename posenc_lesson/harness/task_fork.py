@@ -35,6 +35,7 @@ import gc
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +49,8 @@ def install() -> None:
     """Take our own references to what a fork needs (a learner may rebind ``os.fork`` later)."""
     _os.update(fork=os.fork, pipe=os.pipe, read=os.read, write=os.write, close=os.close,
                waitpid=os.waitpid, kill=os.kill, exit=os._exit, open=open, devnull=os.devnull,
-               waitstatus_to_exitcode=os.waitstatus_to_exitcode, freeze=gc.freeze, unfreeze=gc.unfreeze)
+               waitstatus_to_exitcode=os.waitstatus_to_exitcode, freeze=gc.freeze, unfreeze=gc.unfreeze,
+               WNOHANG=os.WNOHANG, sleep=time.sleep)
 
 
 def _quiet(shell: Any) -> None:
@@ -56,6 +58,19 @@ def _quiet(shell: Any) -> None:
     sys.stdout = sys.stderr = _os["open"](_os["devnull"], "w")
     if shell is not None and getattr(shell, "display_pub", None) is not None:
         shell.display_pub.publish = lambda *args, **kwargs: None
+
+
+def _wait(pid: int) -> int:
+    """The child's wait status, polled: a blocking waitpid would not return for a SIGINT that the
+    kernel delivers to another of the process's threads (ipykernel has several), so the cell's
+    interrupt would not stop the answer. Between polls Python runs its signal handlers."""
+    delay = 0.0005
+    while True:
+        done, status = _os["waitpid"](pid, _os["WNOHANG"])
+        if done:
+            return status
+        _os["sleep"](delay)
+        delay = min(2 * delay, 0.02)
 
 
 def run_in_child(body: Callable[[], None], before: Callable[[], Any], shell: Any = None) -> None:
@@ -93,7 +108,7 @@ def run_in_child(body: Callable[[], None], before: Callable[[], Any], shell: Any
             _os["exit"](status)
     _os["close"](write_end)
     try:
-        _pid, status = _os["waitpid"](pid, 0)
+        status = _wait(pid)
     except BaseException:  # interrupted (the cell's time limit): the answer stops with the wait
         _os["kill"](pid, signal.SIGKILL)
         _os["waitpid"](pid, 0)
