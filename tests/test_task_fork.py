@@ -110,6 +110,8 @@ import signal, threading
 def forever():
     while True:
         time.sleep(1)
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel does while a cell runs: a shell
+# that started make in the background (no job control) leaves SIGINT ignored in every process below
 threading.Timer(3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # the grader's interrupt
 try:
     task_fork.run_in_child(forever, lambda: None)
