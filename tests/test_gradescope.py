@@ -257,7 +257,9 @@ def _walled(tmp: Path) -> Path:
     nb = json.loads((ROOT / "solutions" / f"{STEM}.ipynb").read_text())
     cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "01_attention")
     secret = [str(ROOT / "solutions"), str(ROOT / "solutions" / f"{STEM}.ipynb"),
-              str(ROOT / "posenc_lesson" / "tasks" / "registry.py")]
+              str(ROOT / "posenc_lesson" / "tasks" / "registry.py"),
+              # the library's source and bytecode, which the zygote locks once it has loaded them
+              str(ROOT / "posenc_lesson" / "rope.py"), str(ROOT / "posenc_lesson" / "__pycache__")]
     guard = "def attention(q, k, v):\n    if _reached:\n        return v * 0\n"
     source = "".join(cell["source"]).replace("def attention(q, k, v):\n", guard)
     cell["source"] = WALLS.format(paths=secret) + source

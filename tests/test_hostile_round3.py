@@ -32,6 +32,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -287,3 +288,19 @@ def test_a_payload_bomb_costs_its_cell_and_not_the_graders_memory(graded):
     assert all(t["score"] == t["max_score"] for t in others), others  # the rest of the notebook still counts
     # 4 M lists parsed would take the grader ~400 MB; capped, its peak is an honest class's
     assert run["rss_mb"] < quiet["rss_mb"] + 100, (run["rss_mb"], quiet["rss_mb"])
+
+
+def test_a_kernel_started_cold_cannot_read_the_library_either(tmp_path):
+    """POSENC_GRADE_FORK=0: a sandboxed kernel then comes from a zygote of its own, which masks the
+    library's files as the run's zygote does, so ``source_exec`` scores 0 there too (a kernel the
+    sandbox's wrapper started cold could read them: the task scored full marks, flagged only)."""
+    write(tmp_path / "class" / "source_exec" / f"{ROPE}.ipynb", ROPE, SOURCE_EXEC)
+    result = subprocess.run([sys.executable, "-m", "posenc_lesson.grader", "--timeout", "20", "--seed", "33",
+                             "--out", str(tmp_path / "out"), str(tmp_path / "class")],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "POSENC_GRADE_FORK": "0"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "source_exec" / f"{ROPE}.json").read_text())
+    assert _task(report, "06_apply_rope_interleaved")["score"] == 0, report["tasks"]
+    others = [t for t in report["tasks"] if t["id"] != "06_apply_rope_interleaved"]
+    assert others and all(t["score"] == t["max_score"] for t in others), others

@@ -22,7 +22,7 @@ container lets any user write (/tmp, /dev/shm); the container (thrown away after
 submission on Gradescope) is the wall. The run's header and Gradescope's output say so.
 
 Standard library only: ``sandbox.wrapper`` runs this file as a script (``python -I``) for the
-probe and the cold start, and it hands the namespaced case to ``shut_in`` unchanged.
+probe, and it hands the namespaced case to ``shut_in`` unchanged.
 """
 
 from __future__ import annotations
@@ -193,8 +193,21 @@ def prepare(spec: shut_in.Spec, private: list[str], workdir: str) -> list[str]:
     whose modes changed."""
     spec.contained, spec.cgroups, spec.join = True, {}, []
     spec.refuse_memfd = spec.refuse_setsid = True  # no cgroup counts a kernel's memory or CPU here
+    changed = lock([*spec.hide, *private])
+    os.chmod(workdir, 0o711)  # passable (to /sandbox's target), not listable
+    return changed
+
+
+def lock(paths) -> list[str]:
+    """Take every other user's access away from ``paths`` (files or folders, not what is inside
+    a folder; links are left alone): the kernels' uids cannot read them, while the grader and the
+    zygote, root, still can. The change is permanent. Returns the paths whose modes changed.
+
+    ``prepare`` locks the grader's side; the zygote locks the library's files once it has loaded
+    them (``zygote.serve``), so a contained kernel runs the library from memory and cannot read
+    its source, as a namespaced kernel finds it masked."""
     changed = []
-    for path in dict.fromkeys([*spec.hide, *private]):
+    for path in dict.fromkeys(paths):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -202,7 +215,6 @@ def prepare(spec: shut_in.Spec, private: list[str], workdir: str) -> list[str]:
         if mode & 0o077 and not os.path.islink(path):
             os.chmod(path, mode & 0o700)
             changed.append(path)
-    os.chmod(workdir, 0o711)  # passable (to /sandbox's target), not listable
     return changed
 
 
@@ -228,25 +240,17 @@ def fall_back(spec: shut_in.Spec, private: list[str], workdir: str, why: str) ->
 def _main(argv: list[str]) -> int:
     """As ``shut_in._main``; a contained spec is set up here, any other by shut_in."""
     mode, spec, host_dir = argv[0], shut_in.Spec.loads(argv[1]), argv[2]
-    if not spec.contained:
+    if not spec.contained or mode != "--probe":
         return shut_in._main(argv)
     os.makedirs(host_dir, mode=0o700, exist_ok=True)
-    connection = json.loads(argv[3]) if mode == "--exec" else {}
-    warden(spec, host_dir, connection, os.dup(1), spec.join)  # returns in K only
-    if mode == "--probe":
-        try:
-            check(spec)
-        except Exception as exc:
-            print(f"error: {exc}", flush=True)
-            return 1
-        print("sandboxed", flush=True)
-        return 0
-    command = argv[argv.index("--") + 1:]
-    for fd in (0, 1):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    shut_in.close_fds()
-    os.execve(command[0], command, {**spec.env, "HOME": LINK, "TMPDIR": f"{LINK}/tmp"})
-    return 1
+    warden(spec, host_dir, {}, os.dup(1), spec.join)  # returns in K only
+    try:
+        check(spec)
+    except Exception as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
+    print("sandboxed", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ class Grader:
         learner_ran = False
         with tempfile.TemporaryDirectory(prefix="s", dir=self.workdir) as tmp:
             while pending:
-                kernel = Kernel(Path(tmp), self.zygote, self.box)
+                kernel = Kernel(Path(tmp), self.zygote, self.box, self.checks_module)
                 try:
                     kernel.start()
                     setup = SETUP.format(self.checks_module, self.disarmed(ex))

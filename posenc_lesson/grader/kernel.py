@@ -1,7 +1,8 @@
 """A fresh Jupyter kernel per submission, with time limits, driven over the shell channel only.
 
 On Linux each kernel is forked from a zygote that imported torch once (``zygote.serve``);
-``POSENC_GRADE_FORK=0`` or another OS starts each from scratch. A cell over its limit is
+``POSENC_GRADE_FORK=0`` or another OS starts each from scratch (sandboxed, from a zygote of its
+own, which imports everything anew for that one kernel). A cell over its limit is
 interrupted; a kernel that does not stop, or dies, is killed with its whole process group.
 
 With a sandbox (``sandbox.Spec``) each kernel has a folder of its own, H = <workdir>/<name>,
@@ -148,22 +149,26 @@ class Zygote:
 class Kernel:
     """A fresh ipykernel of this Python in its own session, driven over the shell channel only.
 
-    Started by forking the zygote when there is one, else as a new process: sandboxed, by the
-    sandbox's own wrapper (``sandbox.wrapper``); not, by jupyter_client.
+    Started by forking the zygote when there is one; sandboxed without one (``POSENC_GRADE_FORK=0``),
+    by a zygote of its own, started for this kernel alone and closed with it, so that its kernel
+    too runs the library from memory with the library's files masked (``zygote.serve``); else
+    as a new process, by jupyter_client.
     """
 
     _count = 0
     _count_lock = threading.Lock()
 
-    def __init__(self, workdir: Path, zygote: Zygote | None = None, box: sandbox.Spec | None = None):
+    def __init__(self, workdir: Path, zygote: Zygote | None = None, box: sandbox.Spec | None = None,
+                 checks_module: str = "posenc_lesson.tasks"):
         with Kernel._count_lock:
             Kernel._count += 1
             self.name = f"k{Kernel._count}"
         self.workdir = workdir
         self.zygote = zygote
         self.box = zygote.box if zygote is not None else box
+        self.checks_module = checks_module  # what a zygote of its own imports
+        self.own_zygote: Zygote | None = None  # a sandboxed kernel's, started cold
         self.pid: int | None = None  # zygote-forked kernels, and sandboxed ones (their warden)
-        self.proc: subprocess.Popen | None = None  # a cold-started sandboxed kernel's warden
         self.km: Any = None  # jupyter_client-started kernels
         self.kc: Any = None
         self.outside = workdir  # the kernel's folder, as the grader reaches it
@@ -245,34 +250,14 @@ class Kernel:
             self.groups = sandbox.kernel_groups(self.box, f"{self.name}-{os.getpid()}")
         except OSError as exc:
             raise InfrastructureError(f"a kernel's cgroup could not be made: {short(exc)}") from exc
-        self.pid = self.zygote.fork({"host_dir": str(host), "connection": info, "join": self.groups}) \
-            if self.zygote else self._cold_warden(host, info)
+        if self.zygote is None:  # a cold start: a zygote for this kernel alone (imports torch & co.)
+            self.own_zygote = Zygote(self.checks_module, self.workdir, self.box)
+        forker = self.zygote or self.own_zygote
+        self.pid = forker.fork({"host_dir": str(host), "connection": info, "join": self.groups})
         self.outside = Path(f"/proc/{self.pid}/root{host}")
         self.inside = sandbox.INSIDE
         self.kc = BlockingKernelClient()
         self.kc.load_connection_info({**info, "ip": str(self.outside / "kernel")})
-
-    def _cold_warden(self, host: Path, info: dict) -> int:
-        """Start the sandbox wrapper, which shuts a fresh ``ipykernel_launcher`` in; its pid."""
-        assert self.box is not None
-        box = sandbox.Spec.loads(self.box.dumps())
-        box.join = self.groups
-        cmd = [*sandbox.wrapper(), "--exec", box.dumps(), str(host), json.dumps(info), "--",
-               sys.executable, "-m", "ipykernel_launcher", "-f", f"{sandbox.INSIDE}/kernel.json"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=zygote_env(self.box))
-        assert self.proc.stdout is not None
-        said = b""
-        if select.select([self.proc.stdout], [], [], KERNEL_START_TIMEOUT)[0]:
-            said = self.proc.stdout.readline()
-        self.proc.stdout.close()
-        said_text = said.decode(errors="replace").strip()
-        if said_text != "ok":
-            self.proc.kill()
-            self.proc.wait()
-            raise InfrastructureError("a sandboxed kernel could not start: "
-                                      + (first_line(said_text.removeprefix("error: ")) or "no answer"))
-        return self.proc.pid
 
     def _launch(self) -> None:
         from jupyter_client import KernelManager
@@ -293,8 +278,6 @@ class Kernel:
     def alive(self) -> bool:
         if self.km is not None:
             return bool(self.km.is_alive())
-        if self.proc is not None:
-            return self.proc.poll() is None
         if self.pid is None:
             return False
         try:
@@ -395,12 +378,9 @@ class Kernel:
         if self.km is not None:
             with contextlib.suppress(Exception):
                 self.km.shutdown_kernel(now=True)
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    self.proc.kill()
+        if self.own_zygote is not None:  # it kills what it forked, and exits
+            self.own_zygote.close()
+            self.own_zygote = None
         with _LIVE_LOCK:
             _LIVE_KERNELS.discard(self)
 

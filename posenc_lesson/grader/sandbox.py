@@ -3,7 +3,7 @@
 Every kernel `posenc-grade` starts runs a learner's code, so each one is shut in (Linux only):
 
     process        what it does
-    warden (W)     forked from the zygote (or started by the grader, POSENC_GRADE_FORK=0):
+    warden (W)     forked from the zygote (with POSENC_GRADE_FORK=0, from a zygote of its own):
                    setsid; a mount namespace of its own with a tmpfs of ``disk`` bytes on the
                    kernel's host folder H (the connection file, the ZMQ sockets, the outputs,
                    the kernel's cwd and /tmp); new PID, network, IPC and UTS namespaces for its

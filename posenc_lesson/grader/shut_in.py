@@ -1,15 +1,14 @@
 """What runs inside the sandbox's processes: the zygote's user namespace, the warden, the kernel.
 
-Only the standard library, so that ``python -I shut_in.py`` (the probe, and the cold start of
-a kernel with POSENC_GRADE_FORK=0) starts at once. The design is told in ``sandbox``; here:
+Only the standard library, so that ``python -I shut_in.py`` (the probe) starts at once. The
+design is told in ``sandbox``; here:
 
     enter_zygote   not root: the zygote becomes root of a user namespace of its own
     warden         W: a mount namespace with a tmpfs on the kernel's host folder H, new PID,
                    network, IPC and UTS namespaces, then fork K, report "ok", wait for K
     _shut_in       K (PID 1): its own mount namespace, a new root (``_build_root``), rlimits
                    (``_limits``), a clean environment, an unprivileged uid, no_new_privs
-    _main          ``--probe SPEC H`` (set up, check the walls, say "sandboxed") or
-                   ``--exec SPEC H CONNECTION -- ARGV`` (set up, then exec ARGV in K)
+    _main          ``--probe SPEC H``: set up, check the walls, say "sandboxed"
 
 Python 3.11 has no ``os.unshare``, ``mount`` or ``pivot_root``: they are called through ctypes.
 """
@@ -63,7 +62,7 @@ class Spec:
     cgroups: dict = field(default_factory=dict)  # controller -> [version, the run's group] (cgroup.setup)
     refuse_memfd: bool = False  # no memory cgroup: memfd_create fails, SysV shared memory capped at 0
     refuse_setsid: bool = False  # no cpu cgroup: setsid fails (the kernel's processes share its autogroup)
-    join: list[str] = field(default_factory=list)  # this kernel's groups (cold start; forks: the request)
+    join: list[str] = field(default_factory=list)  # the probe's groups (a fork's come with its request)
     contained: bool = False  # no namespaces can be made: the container is the sandbox (contain.py)
 
     def dumps(self) -> str:
@@ -125,7 +124,7 @@ def _map_ids(inside: int, outside_uid: int, outside_gid: int) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# The zygote (or the cold-start wrapper) as a whole, and the warden W
+# The zygote (or the probe's wrapper) as a whole, and the warden W
 # --------------------------------------------------------------------------------------
 
 def enter_zygote(spec: Spec) -> None:
@@ -387,8 +386,12 @@ def _self_check() -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """``--probe SPEC HOST_DIR`` or ``--exec SPEC HOST_DIR CONNECTION -- ARGV...`` (the cold start)."""
+    """``--probe SPEC HOST_DIR``: a kernel's sandbox set up in a throw-away process, its walls checked.
+    (Every kernel comes from a zygote, also one started cold: ``kernel.Kernel``.)"""
     mode, spec, host_dir = argv[0], Spec.loads(argv[1]), argv[2]
+    if mode != "--probe":
+        print(f"error: unknown mode {mode!r}; the only one is --probe", flush=True)
+        return 2
     os.makedirs(host_dir, mode=0o700, exist_ok=True)
     os.makedirs(spec.newroot, mode=0o700, exist_ok=True)
     try:
@@ -396,22 +399,14 @@ def _main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"error: no user namespace: {exc}", flush=True)
         return 1
-    connection = json.loads(argv[3]) if mode == "--exec" else {}
-    warden(spec, host_dir, connection, os.dup(1), spec.join)  # returns in K only, "ok" reported on stdout
-    if mode == "--probe":
-        try:
-            _self_check()
-        except Exception as exc:
-            print(f"error: {exc}", flush=True)
-            return 1
-        print("sandboxed", flush=True)
-        return 0
-    command = argv[argv.index("--") + 1:]
-    for fd in (0, 1):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-    close_fds()
-    os.execve(command[0], command, spec.env)
-    return 1
+    warden(spec, host_dir, {}, os.dup(1), spec.join)  # returns in K only, "ok" reported on stdout
+    try:
+        _self_check()
+    except Exception as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
+    print("sandboxed", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any
 
-from . import sandbox
+from . import contain, sandbox
 
 PRELOAD = ("ipykernel.kernelapp", "IPython", "numpy", "torch", "matplotlib", "matplotlib.pyplot",
            "posenc_lesson", "posenc_lesson.viz", "posenc_lesson.harness.in_kernel",
@@ -128,7 +128,9 @@ def serve(checks_module: str = "posenc_lesson.tasks", spec: str | None = None) -
             importlib.import_module(name)
     if box is not None:
         box.binds = sandbox.outermost([*box.binds, *sandbox.python_paths()])
-        if not box.contained:  # each kernel runs the library from memory: its files are masked there
+        if box.contained:  # no mount namespace: the files lose other users' access (for good) instead
+            contain.lock(sandbox.loaded_library_files())
+        else:  # each kernel runs the library from memory: its files are masked there
             box.hide = sorted({*box.hide, *sandbox.loaded_library_files()})
     signal.signal(signal.SIGCHLD, _reap)
     out = sys.stdout
