@@ -1,6 +1,13 @@
 """Shared fixtures: every test starts from the same random state."""
 
 import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,9 +82,11 @@ def pytest_configure(config):
         torch.set_num_threads(worker_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
     if not config.pluginmanager.has_plugin("posenc-every-item"):
         config.pluginmanager.register(EveryItem(), "posenc-every-item")
+    _forked_kernels()
 
 
 def pytest_unconfigure(config):
+    KERNELS.stop()
     if getattr(config, "_lab_cache", None) is not None:
         os.environ.pop(LAB_CACHE_FOR_RUN, None)
         config._lab_cache.cleanup()
@@ -108,6 +117,78 @@ def _lesson_cell_problems(outputs) -> list[str]:
         elif "Traceback (most recent call last)" in text:
             problems.append(f"a traceback in the output: {text[:500]}")
     return problems
+
+
+# ---- kernels forked from a zygote, not started cold -------------------------------------------------
+# Each notebook a test runs in this process (nbval, nbclient) gets a kernel forked from one process per
+# worker that imported torch & co. once (tests/kernel_zygote.py, which says how): the kernel command
+# jupyter_client would run, `python -m ipykernel_launcher ...`, becomes tests/kernel_proxy.py's. Servers
+# a test starts (JupyterLab, JupyterHub, posenc-grade) start their kernels as they always do. If the
+# zygote cannot start, or POSENC_TEST_FORK_KERNELS=0, kernels start cold, as before.
+
+class _KernelZygote:
+    SCRIPT = Path(__file__).with_name("kernel_zygote.py")
+    PROXY = Path(__file__).with_name("kernel_proxy.py")
+    ENV = "POSENC_TEST_KERNELS"  # the zygote's socket, for the proxies
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.folder: str | None = None
+        self.lock = threading.Lock()
+        self.failed = False
+
+    def command(self, cmd: list[str]) -> list[str]:
+        """The proxy's command for a plain ipykernel's; any other command unchanged."""
+        if cmd[:3] != [sys.executable, "-m", "ipykernel_launcher"] or not self._start():
+            return cmd
+        return [sys.executable, "-I", "-S", str(self.PROXY), *cmd[3:]]
+
+    def _start(self) -> bool:
+        with self.lock:
+            if self.proc is None and not self.failed:
+                self.folder = tempfile.mkdtemp(prefix="posenc-kernels-")
+                path = os.path.join(self.folder, "socket")
+                with open(os.path.join(self.folder, "log"), "w") as log:
+                    self.proc = subprocess.Popen([sys.executable, str(self.SCRIPT), path],
+                                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                                 text=True, start_new_session=True)
+                assert self.proc.stdout is not None
+                ready = select.select([self.proc.stdout], [], [], 120)[0]
+                if ready and self.proc.stdout.readline().strip() == "ready":
+                    os.environ[self.ENV] = path
+                else:
+                    self.stop()
+                    self.failed = True
+            return self.proc is not None
+
+    def stop(self) -> None:
+        os.environ.pop(self.ENV, None)
+        if self.proc is not None:
+            self.proc.kill()  # its kernels die with it (PR_SET_PDEATHSIG)
+            self.proc.wait()
+            self.proc.stdout.close()
+            self.proc = None
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+KERNELS = _KernelZygote()
+
+
+def _forked_kernels() -> None:
+    from jupyter_client.manager import KernelManager
+
+    if getattr(KernelManager.format_kernel_cmd, "_forked", False) or os.environ.get(
+            "POSENC_TEST_FORK_KERNELS") == "0":
+        return
+    plain = KernelManager.format_kernel_cmd
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return KERNELS.command(plain(self, extra_arguments))
+
+    format_kernel_cmd._forked = True
+    KernelManager.format_kernel_cmd = format_kernel_cmd
 
 
 # ---- where the time goes: the slowest files, by wall and CPU time ---------------------------------
