@@ -129,11 +129,11 @@ def _lesson_cell_problems(outputs) -> list[str]:
 class _KernelZygote:
     SCRIPT = Path(__file__).with_name("kernel_zygote.py")
     PROXY = Path(__file__).with_name("kernel_proxy.py")
-    ENV = "POSENC_TEST_KERNELS"  # the zygote's socket, for the proxies
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
         self.folder: str | None = None
+        self.socket = ""
         self.lock = threading.Lock()
         self.failed = False
 
@@ -141,7 +141,7 @@ class _KernelZygote:
         """The proxy's command for a plain ipykernel's; any other command unchanged."""
         if cmd[:3] != [sys.executable, "-m", "ipykernel_launcher"] or not self._start():
             return cmd
-        return [sys.executable, "-I", "-S", str(self.PROXY), *cmd[3:]]
+        return [sys.executable, "-I", "-S", str(self.PROXY), self.socket, *cmd[3:]]
 
     def _start(self) -> bool:
         with self.lock:
@@ -155,14 +155,14 @@ class _KernelZygote:
                 assert self.proc.stdout is not None
                 ready = select.select([self.proc.stdout], [], [], 120)[0]
                 if ready and self.proc.stdout.readline().strip() == "ready":
-                    os.environ[self.ENV] = path
+                    self.socket = path
                 else:
                     self.stop()
                     self.failed = True
             return self.proc is not None
 
     def stop(self) -> None:
-        os.environ.pop(self.ENV, None)
+        self.socket = ""
         if self.proc is not None:
             self.proc.kill()  # its kernels die with it (PR_SET_PDEATHSIG)
             self.proc.wait()

@@ -1,10 +1,10 @@
 """Stands in for ``python -m ipykernel_launcher`` in the test suite: asks the worker's kernel zygote
 (``tests/kernel_zygote.py``) for a kernel, then stays as the process jupyter_client manages.
 
-Standard library only, run as ``python -I -S kernel_proxy.py -f CONNECTION_FILE`` (no site
-packages: it starts in about 20 ms). It forwards every signal jupyter_client sends it to the
-kernel's process group and exits with the kernel's status. Without a zygote (POSENC_TEST_KERNELS
-unset, or nothing listening there) it becomes an ordinary kernel instead, by exec.
+Standard library only, run as ``python -I -S kernel_proxy.py SOCKET -f CONNECTION_FILE`` (no
+site packages: it starts in about 20 ms), SOCKET being the zygote's. It forwards every signal
+jupyter_client sends it to the kernel's process group and exits with the kernel's status. If
+nothing listens at SOCKET, it becomes an ordinary kernel instead, by exec.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import sys
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def main(argv: list[str]) -> int:
+def main(path: str, argv: list[str]) -> int:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(os.environ["POSENC_TEST_KERNELS"])
-    except (KeyError, OSError):
+        conn.connect(path)
+    except OSError:
         conn.close()
         os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
     request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
@@ -44,4 +44,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1], sys.argv[2:]))

@@ -1,0 +1,105 @@
+"""The test suite's kernel zygote (tests/kernel_zygote.py, tests/kernel_proxy.py): a kernel it forks
+is a fresh one, answers an interrupt, and dies with the process jupyter_client manages.
+
+conftest.py rewrites jupyter_client's command for a plain ipykernel in this process, so the
+KernelManager below gets a forked kernel as nbval and nbclient do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+from conftest import KERNELS
+
+pytestmark = pytest.mark.skipif(os.environ.get("POSENC_TEST_FORK_KERNELS") == "0",
+                                reason="POSENC_TEST_FORK_KERNELS=0: kernels start cold")
+
+
+def _start():
+    from jupyter_client.manager import KernelManager
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
+
+    km = KernelManager(kernel_name=CURRENT_ENV_KERNEL_NAME, kernel_spec_manager=NbvalKernelspecManager())
+    km.start_kernel(env={**os.environ, "POSENC_ZYGOTE_TEST": "seen"})
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+def _run(kc, code: str, timeout: float = 30) -> tuple[str, dict]:
+    """What the cell printed, and its reply's content."""
+    out: list[str] = []
+
+    def keep(msg):
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            out.append(msg["content"]["ename"])
+
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=keep)
+    return "".join(out), reply["content"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_forked_kernel_is_fresh_and_has_the_environment_it_was_started_with():
+    first, kc = _start()
+    try:
+        assert first.provisioner.process.args[:4] == [sys.executable, "-I", "-S", str(KERNELS.PROXY)]
+        printed, _ = _run(kc, "import os, sys\nleft_here = 1\n"
+                              "print(os.getppid() != os.getpid(), 'torch' in sys.modules, "
+                              "os.environ.get('POSENC_ZYGOTE_TEST'))")
+        assert printed.split() == ["True", "True", "seen"]  # torch came with the fork
+    finally:
+        kc.stop_channels()
+        first.shutdown_kernel(now=True)
+    second, kc = _start()
+    try:
+        printed, _ = _run(kc, "print('left_here' in globals())")
+        assert printed.strip() == "False"  # nothing of the first kernel's
+    finally:
+        kc.stop_channels()
+        second.shutdown_kernel(now=True)
+
+
+def test_an_interrupt_reaches_the_forked_kernel():
+    km, kc = _start()
+    try:
+        msg_id = kc.execute("import time\nfor _ in range(600):\n    time.sleep(0.1)")
+        time.sleep(1.0)
+        km.interrupt_kernel()  # SIGINT to the proxy's process group, forwarded to the kernel's
+        reply = kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        printed, _ = _run(kc, "print(6 * 7)")  # and it still runs cells
+        assert printed.strip() == "42"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_killing_the_proxy_kills_its_kernel():
+    km, kc = _start()
+    try:
+        printed, _ = _run(kc, "import os\nprint(os.getpid())")
+        kernel = int(printed)
+        assert _alive(kernel)
+        os.killpg(km.provisioner.pgid, signal.SIGKILL)  # as a restart or a shutdown(now=True) does
+        deadline = time.monotonic() + 20
+        while _alive(kernel) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(kernel), "the kernel outlived its proxy"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
