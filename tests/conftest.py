@@ -54,6 +54,7 @@ SLOW = set(SLOW_FIRST) | {
     # measured by `-m "not slow"` (2026-12-03): 65, 40 and 12 CPU s, kernels and gradings
     "test_concepts.py", "test_diagnosis_ids.py", "test_privacy.py",
     "test_make_lab.py",  # about 40 s: make lab's server, a browser and a terminal
+    "test_kernel_zygote.py",  # kernels
 }
 
 
