@@ -16,13 +16,14 @@ as ``posenc-grade`` forks its grading kernels (``posenc_lesson/grader/zygote.py`
 The proxy is the process jupyter_client knows: it forwards every signal it gets (an interrupt, a
 terminate) to the kernel's process group and exits with the kernel's exit status. When the proxy
 dies (SIGKILL, as a kernel restart sends it), the zygote sees its socket close and kills the
-kernel's group; when the zygote dies (its worker ended), every kernel it forked dies with it
-(PR_SET_PDEATHSIG). Each kernel is a fresh copy of the zygote: nothing one notebook did reaches
-another. ``tests/conftest.py`` starts the zygote and points kernel specs at the proxy; the nbval
-run of every lesson (outputs compared with the stored ones) checks that such a kernel behaves as
-a fresh one.
+kernel's group; when its worker ends, the zygote sees its stdin close and exits, and every kernel
+it forked dies with it (PR_SET_PDEATHSIG). Each kernel is a fresh copy of the zygote: nothing one
+notebook did reaches another. ``tests/conftest.py`` starts the zygote and points kernel specs at
+the proxy; the nbval run of every lesson (outputs compared with the stored ones) checks that such
+a kernel behaves as a fresh one.
 
-Run as ``python tests/kernel_zygote.py SOCKET``: it prints ``ready`` once it listens.
+Run as ``python tests/kernel_zygote.py SOCKET`` with a pipe for stdin: it prints ``ready`` once it
+listens, and exits when its stdin closes.
 """
 
 from __future__ import annotations
@@ -92,7 +93,6 @@ def _become_kernel(request: dict, fds: list[int], keep_out: list) -> None:
 
 
 def serve(path: str) -> None:
-    _die_with_parent()
     for name in PRELOAD:
         importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -106,7 +106,9 @@ def serve(path: str) -> None:
     kernels: dict[socket.socket, int] = {}  # the proxy's connection -> its kernel's pid
     print("ready", flush=True)
     while True:
-        ready = select.select([listener, wake_r, *kernels], [], [])[0]
+        ready = select.select([listener, wake_r, sys.stdin, *kernels], [], [])[0]
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+            return  # the worker is gone (its end of the pipe closed): so are the kernels (their PDEATHSIG)
         if listener in ready:
             conn, _ = listener.accept()
             try:
@@ -117,7 +119,7 @@ def serve(path: str) -> None:
             pid = os.fork()
             if pid == 0:
                 try:
-                    _become_kernel(request, fds, [listener, wake_r, wake_w, *kernels, conn])
+                    _become_kernel(request, fds, [listener, wake_r, wake_w, *kernels, conn])  # fd 0: dup2
                 finally:
                     os._exit(0)
             for fd in fds:

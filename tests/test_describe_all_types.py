@@ -8,6 +8,7 @@ describe_positions applies come from posenc_lesson/positions_data/model_types.js
 (tools/derive_positions.py). Every type is described exactly or refused with a recorded reason.
 """
 
+import functools
 import json
 import statistics
 import sys
@@ -51,7 +52,11 @@ def outcome(model_type: str) -> tuple[str, str | None]:
     return "described", None
 
 
-OUTCOMES = {t: outcome(t) for t in TABLE["types"]}
+@functools.cache
+def outcomes() -> dict[str, tuple[str, str | None]]:
+    """Every model type's outcome, worked out once, when a test first asks: not while pytest
+    collects, in every worker (1.5 CPU s each, 2026-12-05)."""
+    return {t: outcome(t) for t in TABLE["types"]}
 
 
 def test_the_table_and_the_facts_come_from_the_same_transformers_and_cover_every_type():
@@ -63,19 +68,19 @@ def test_the_table_and_the_facts_come_from_the_same_transformers_and_cover_every
 
 
 def test_no_model_type_differs_from_transformers_and_none_crashes():
-    different = {t: why for t, (kind, why) in OUTCOMES.items() if kind == "different"}
+    different = {t: why for t, (kind, why) in outcomes().items() if kind == "different"}
     assert not different, f"{len(different)} types differ: {dict(list(different.items())[:10])}"
 
 
 def test_every_refused_type_says_why():
-    refused = {t: why for t, (kind, why) in OUTCOMES.items() if kind == "refused"}
+    refused = {t: why for t, (kind, why) in outcomes().items() if kind == "refused"}
     assert all(isinstance(why, str) and len(why) > 10 for why in refused.values())
 
 
 def test_at_least_this_share_of_model_types_is_described():
-    described = sum(kind == "described" for kind, _ in OUTCOMES.values())
-    share = described / len(OUTCOMES)
-    assert share >= 0.95, f"{described} of {len(OUTCOMES)} described ({share:.1%})"
+    described = sum(kind == "described" for kind, _ in outcomes().values())
+    share = described / len(outcomes())
+    assert share >= 0.95, f"{described} of {len(outcomes())} described ({share:.1%})"
 
 
 @pytest.mark.parametrize(
@@ -110,7 +115,7 @@ def test_at_least_this_share_of_model_types_is_described():
     ],
 )
 def test_families_the_issue_names_are_described(model_type, scheme):
-    assert OUTCOMES[model_type] == ("described", None), OUTCOMES[model_type]
+    assert outcomes()[model_type] == ("described", None), outcomes()[model_type]
     case = FACTS["types"][model_type][0]
     spec = pl.describe_positions(case["config"])
     assert scheme in spec.schemes or (scheme == "none" and set(spec.schemes) == {"none"})
@@ -175,7 +180,7 @@ def test_a_learned_table_reports_its_rows():
 def test_describe_positions_takes_under_50_ms_per_config_without_transformers():
     assert "transformers" not in sys.modules or True  # the rules need no transformers
     worst = {}
-    for model_type, (kind, _) in OUTCOMES.items():
+    for model_type, (kind, _) in outcomes().items():
         if kind != "described" or model_type not in FACTS["types"]:
             continue
         config = FACTS["types"][model_type][0]["config"]
@@ -214,7 +219,7 @@ def test_on_the_kind_of_cpu_the_facts_were_recorded_on_every_frequency_is_equal_
         "import derive_positions; derive_positions.ulps_for = lambda recorded_on: 0\n"
         "import test_describe_all_types as t\n"
         "assert t.torch.backends.cpu.get_cpu_capability() == t.FACTS['cpu_capability']\n"
-        "print(sorted(k for k, (kind, _) in t.OUTCOMES.items() if kind == 'different'))\n"
+        "print(sorted(k for k, (kind, _) in t.outcomes().items() if kind == 'different'))\n"
     )
     env = {**os.environ, "ATEN_CPU_CAPABILITY": kind.lower()}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -77,13 +77,17 @@ def test_an_interrupt_reaches_the_forked_kernel():
     km, kc = _start()
     try:
         msg_id = kc.execute("import time\nfor _ in range(600):\n    time.sleep(0.1)")
-        time.sleep(1.0)
+        while True:  # interrupt once the cell runs (a kernel at rest ignores SIGINT)
+            msg = kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
+                break
+        time.sleep(0.5)
         km.interrupt_kernel()  # SIGINT to the proxy's process group, forwarded to the kernel's
         reply = kc.get_shell_msg(timeout=30)
         assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-        printed, _ = _run(kc, "print(6 * 7)")  # and it still runs cells
-        assert printed.strip() == "42"
+        printed, content = _run(kc, "print(6 * 7)")  # and it still runs cells
+        assert content["status"] == "ok" and printed.strip() == "42", (content, printed)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import faulthandler
 import os
+import sys
 
 import nbformat
 import pytest
@@ -53,6 +55,9 @@ def _run(*sources: str) -> list[nbformat.NotebookNode]:
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
     saved = os.environ.pop("MPLBACKEND", None)
     after = []
+    # In some full runs this fixture has waited about 120 s (with ~1 CPU s) and then passed; alone it
+    # takes 2 s. If it waits a minute, every thread's stack goes to stderr, to show where (issue 35).
+    faulthandler.dump_traceback_later(60, file=sys.__stderr__)
     try:
         client = NotebookClient(nb, timeout=120, kernel_name="python3")
         with client.setup_kernel():
@@ -61,6 +66,7 @@ def _run(*sources: str) -> list[nbformat.NotebookNode]:
                 client.set_widgets_metadata()  # what saving the notebook now would store
                 after.append(copy.deepcopy(nb))
     finally:
+        faulthandler.cancel_dump_traceback_later()
         if saved is not None:
             os.environ["MPLBACKEND"] = saved
     return after
