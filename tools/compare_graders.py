@@ -13,6 +13,9 @@ old one runs from a detached git worktree with this venv's Python (PYTHONPATH po
 
 Prints each run's wall and CPU seconds (the grader, its zygote and kernels) and, per grader, the
 median per submission, then new / old. Nothing in the checkout changes.
+
+Measured 2026-12-05 on 2 idle cores, lesson 01, 8 submissions, 5 rounds: 296deae 0.95 s wall and
+0.69 s CPU per submission, commit 720f7c5 0.94 s and 0.58 s (new / old: wall 0.986, CPU 0.836).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ def children_cpu() -> float:
 
 def run(tree: Path, klass: Path, out: Path) -> tuple[float, float]:
     env = {**os.environ, "POSENC_FAST": "1", "PYTHONPATH": str(tree)}
+    where = subprocess.run([sys.executable, "-c", "import posenc_lesson; print(posenc_lesson.__file__)"],
+                           cwd=tree, env=env, capture_output=True, text=True).stdout.strip()
+    if not Path(where).resolve().is_relative_to(tree.resolve()):
+        sys.exit(f"the grader for {tree} would import the library from {where}, not from that tree")
     shutil.rmtree(out, ignore_errors=True)
     cpu, start = children_cpu(), time.monotonic()
     done = subprocess.run([sys.executable, "-m", "posenc_lesson.grader", "--jobs", "1", "--seed", "5",
