@@ -12,7 +12,9 @@ import base64
 import copy
 import faulthandler
 import os
-import sys
+import tempfile
+import time
+import warnings
 
 import nbformat
 import pytest
@@ -56,8 +58,11 @@ def _run(*sources: str) -> list[nbformat.NotebookNode]:
     saved = os.environ.pop("MPLBACKEND", None)
     after = []
     # In some full runs this fixture has waited about 120 s (with ~1 CPU s) and then passed; alone it
-    # takes 2 s. If it waits a minute, every thread's stack goes to stderr, to show where (issue 35).
-    faulthandler.dump_traceback_later(60, file=sys.__stderr__)
+    # takes 2 s. If it waits a minute, every thread's stack is written down, and the run's warnings
+    # summary shows them (issue 35: where it waits is not known yet).
+    stacks = tempfile.TemporaryFile("w+")
+    start = time.monotonic()
+    faulthandler.dump_traceback_later(60, file=stacks)
     try:
         client = NotebookClient(nb, timeout=120, kernel_name="python3")
         with client.setup_kernel():
@@ -69,6 +74,12 @@ def _run(*sources: str) -> list[nbformat.NotebookNode]:
         faulthandler.cancel_dump_traceback_later()
         if saved is not None:
             os.environ["MPLBACKEND"] = saved
+        stacks.seek(0)
+        seen = stacks.read()
+        stacks.close()
+        if seen:
+            warnings.warn(f"test_viz's kernel took {time.monotonic() - start:.0f} s; after 60 s its threads "
+                          f"were at:\n{seen[-6000:]}", stacklevel=1)
     return after
 
 
