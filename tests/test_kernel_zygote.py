@@ -31,18 +31,14 @@ def _start():
     return km, kc
 
 
-def _run(kc, code: str, timeout: float = 30) -> tuple[str, dict]:
-    """What the cell printed, and its reply's content."""
-    out: list[str] = []
-
-    def keep(msg):
-        if msg["msg_type"] == "stream":
-            out.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            out.append(msg["content"]["ename"])
-
-    reply = kc.execute_interactive(code, timeout=timeout, output_hook=keep)
-    return "".join(out), reply["content"]
+def _run(kc, code: str, expression: str, timeout: float = 30) -> tuple[str, dict]:
+    """Run ``code``, then evaluate ``expression`` in the kernel: its repr, and the reply's content.
+    (Read from the reply, not from printed output: a stream message may come after the kernel
+    says it is idle.)"""
+    reply = kc.execute(code, user_expressions={"value": expression}, reply=True, timeout=timeout)
+    content = reply["content"]
+    value = content.get("user_expressions", {}).get("value", {})
+    return value.get("data", {}).get("text/plain", repr(value)), content
 
 
 def _alive(pid: int) -> bool:
@@ -57,17 +53,17 @@ def test_a_forked_kernel_is_fresh_and_has_the_environment_it_was_started_with():
     first, kc = _start()
     try:
         assert first.provisioner.process.args[:4] == [sys.executable, "-I", "-S", str(KERNELS.PROXY)]
-        printed, _ = _run(kc, "import os, sys\nleft_here = 1\n"
-                              "print(os.getppid() != os.getpid(), 'torch' in sys.modules, "
-                              "os.environ.get('POSENC_ZYGOTE_TEST'))")
-        assert printed.split() == ["True", "True", "seen"]  # torch came with the fork
+        value, _ = _run(kc, "import os, sys\nleft_here = 1",
+                        "(os.getppid() != os.getpid(), 'torch' in sys.modules, "
+                        "os.environ.get('POSENC_ZYGOTE_TEST'))")
+        assert value == "(True, True, 'seen')"  # torch came with the fork
     finally:
         kc.stop_channels()
         first.shutdown_kernel(now=True)
     second, kc = _start()
     try:
-        printed, _ = _run(kc, "print('left_here' in globals())")
-        assert printed.strip() == "False"  # nothing of the first kernel's
+        value, _ = _run(kc, "", "'left_here' in globals()")
+        assert value == "False"  # nothing of the first kernel's
     finally:
         kc.stop_channels()
         second.shutdown_kernel(now=True)
@@ -86,8 +82,8 @@ def test_an_interrupt_reaches_the_forked_kernel():
         reply = kc.get_shell_msg(timeout=30)
         assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-        printed, content = _run(kc, "print(6 * 7)")  # and it still runs cells
-        assert content["status"] == "ok" and printed.strip() == "42", (content, printed)
+        value, content = _run(kc, "answer = 6 * 7", "answer")  # and it still runs cells
+        assert content["status"] == "ok" and value == "42", content
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -96,8 +92,8 @@ def test_an_interrupt_reaches_the_forked_kernel():
 def test_killing_the_proxy_kills_its_kernel():
     km, kc = _start()
     try:
-        printed, _ = _run(kc, "import os\nprint(os.getpid())")
-        kernel = int(printed)
+        value, _ = _run(kc, "import os", "os.getpid()")
+        kernel = int(value)
         assert _alive(kernel)
         os.killpg(km.provisioner.pgid, signal.SIGKILL)  # as a restart or a shutdown(now=True) does
         deadline = time.monotonic() + 20
