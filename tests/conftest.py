@@ -147,6 +147,18 @@ class _KernelZygote:
             return cmd
         return [sys.executable, "-I", "-S", str(self.PROXY), self.socket, *cmd[3:]]
 
+    def spec_folder(self, folder: Path) -> Path:
+        """``folder`` as a Jupyter data folder holding the venv's python3 kernel spec with the proxy's
+        command: a server or tool that reads it (its JUPYTER_DATA_DIR, or JUPYTER_PATH) forks its
+        kernels from this zygote too."""
+        import json
+
+        spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels/python3/kernel.json").read_text())
+        spec["argv"] = self.command([sys.executable, "-m", "ipykernel_launcher", *spec["argv"][3:]])
+        (folder / "kernels" / "python3").mkdir(parents=True, exist_ok=True)
+        (folder / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec))
+        return folder
+
     def _start(self) -> bool:
         with self.lock:
             if self.proc is None and not self.failed:

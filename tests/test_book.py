@@ -491,6 +491,11 @@ def test_every_control_moves_the_explorer_to_the_frame_the_library_draws(browser
     page.on("requestfailed", lambda r: None if _superseded(r)
             else problems.append(f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    # The page's formulas are test_page_reads_well_offline's to check: here MathJax comes empty, so
+    # its typesetting (0.8 of the 2.5 CPU s a load of lesson 08's page costs, 2026-12-05) is not
+    # repeated for every explorer; nothing of the explorer depends on it.
+    page.route("**/_static/mathjax/tex-chtml.js*", lambda route: route.fulfill(
+        status=200, body="", content_type="text/javascript"))
     rendered: dict[int, object] = {}
 
     def expect(values: dict, what: str) -> None:

@@ -122,12 +122,8 @@ def lab(tmp_path_factory):
                JUPYTER_PLATFORM_DIRS="1", POSENC_FAST="1")
     if (ROOT / "jupyter-config").is_dir():  # as `make lab` serves it: nbgrader's menus hidden
         env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    # its kernels are forked from this worker's kernel zygote, as nbval's are (tests/conftest.py): the
-    # venv's python3 kernel spec, in the server's own data folder, with the proxy's command
-    spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels/python3/kernel.json").read_text())
-    spec["argv"] = KERNELS.command([sys.executable, "-m", "ipykernel_launcher", *spec["argv"][3:]])
-    (dirs["data"] / "kernels" / "python3").mkdir(parents=True)
-    (dirs["data"] / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec))
+    # its kernels are forked from this worker's kernel zygote, as nbval's are (tests/conftest.py)
+    KERNELS.spec_folder(dirs["data"])
     # build matplotlib's font cache now, so no kernel prints "building the font cache" to stderr
     subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], env=env, check=True)
     port, token = _free_port(), secrets.token_hex(16)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import KERNELS
 
 from posenc_lesson import tasks as grading
 
@@ -57,8 +58,11 @@ make_exercises = _generator()
 
 
 def _start(course: Path, *args: str) -> subprocess.Popen:
-    # nbgrader runs `alembic` for its database: it must be on PATH, next to this Python
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    # nbgrader runs `alembic` for its database: it must be on PATH, next to this Python; its kernels
+    # are forked from this worker's kernel zygote, as nbval's are (tests/conftest.py)
+    kernels = KERNELS.spec_folder(course.parent / f"{course.name}-jupyter")
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+               JUPYTER_PATH=os.pathsep.join(p for p in (str(kernels), os.environ.get("JUPYTER_PATH")) if p))
     return subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
