@@ -7,6 +7,7 @@ KernelManager below gets a forked kernel as nbval and nbclient do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.skipif(os.environ.get("POSENC_TEST_FORK_KERNELS") == "0
                                 reason="POSENC_TEST_FORK_KERNELS=0: kernels start cold")
 
 
-def _start():
+@contextlib.contextmanager
+def _kernel():
+    """A kernel as nbval starts one (here: forked), shut down at the end; (manager, client)."""
     from jupyter_client.manager import KernelManager
     from nbval.kernel import CURRENT_ENV_KERNEL_NAME, NbvalKernelspecManager
 
@@ -27,8 +30,12 @@ def _start():
     km.start_kernel(env={**os.environ, "POSENC_ZYGOTE_TEST": "seen"})
     kc = km.client()
     kc.start_channels()
-    kc.wait_for_ready(timeout=60)
-    return km, kc
+    try:
+        kc.wait_for_ready(timeout=60)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
 
 
 def _run(kc, code: str, expression: str, timeout: float = 30) -> tuple[str, dict]:
@@ -50,28 +57,19 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_forked_kernel_is_fresh_and_has_the_environment_it_was_started_with():
-    first, kc = _start()
-    try:
+    with _kernel() as (first, kc):
         assert first.provisioner.process.args[:4] == [sys.executable, "-I", "-S", str(KERNELS.PROXY)]
         value, _ = _run(kc, "import os, sys\nleft_here = 1",
                         "(os.getppid() != os.getpid(), 'torch' in sys.modules, "
                         "os.environ.get('POSENC_ZYGOTE_TEST'))")
         assert value == "(True, True, 'seen')"  # torch came with the fork
-    finally:
-        kc.stop_channels()
-        first.shutdown_kernel(now=True)
-    second, kc = _start()
-    try:
+    with _kernel() as (_second, kc):
         value, _ = _run(kc, "", "'left_here' in globals()")
         assert value == "False"  # nothing of the first kernel's
-    finally:
-        kc.stop_channels()
-        second.shutdown_kernel(now=True)
 
 
 def test_an_interrupt_reaches_the_forked_kernel():
-    km, kc = _start()
-    try:
+    with _kernel() as (km, kc):
         msg_id = kc.execute("import time\nfor _ in range(600):\n    time.sleep(0.1)")
         while True:  # interrupt once the cell runs (a kernel at rest ignores SIGINT)
             msg = kc.get_iopub_msg(timeout=30)
@@ -84,14 +82,10 @@ def test_an_interrupt_reaches_the_forked_kernel():
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
         value, content = _run(kc, "answer = 6 * 7", "answer")  # and it still runs cells
         assert content["status"] == "ok" and value == "42", content
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def test_killing_the_proxy_kills_its_kernel():
-    km, kc = _start()
-    try:
+    with _kernel() as (km, kc):
         value, _ = _run(kc, "import os", "os.getpid()")
         kernel = int(value)
         assert _alive(kernel)
@@ -100,6 +94,3 @@ def test_killing_the_proxy_kills_its_kernel():
         while _alive(kernel) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(kernel), "the kernel outlived its proxy"
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
