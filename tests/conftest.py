@@ -149,7 +149,7 @@ class _KernelZygote:
 
     def spec_folder(self, folder: Path) -> Path:
         """``folder`` as a Jupyter data folder holding the venv's python3 kernel spec with the proxy's
-        command: a server or tool that reads it (its JUPYTER_DATA_DIR, or JUPYTER_PATH) forks its
+        command: a server or tool that has it first on its JUPYTER_PATH forks its
         kernels from this zygote too."""
         import json
 

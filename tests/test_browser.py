@@ -122,8 +122,9 @@ def lab(tmp_path_factory):
                JUPYTER_PLATFORM_DIRS="1", POSENC_FAST="1")
     if (ROOT / "jupyter-config").is_dir():  # as `make lab` serves it: nbgrader's menus hidden
         env["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
-    # its kernels are forked from this worker's kernel zygote, as nbval's are (tests/conftest.py)
-    KERNELS.spec_folder(dirs["data"])
+    # its kernels are forked from this worker's kernel zygote, as nbval's are (tests/conftest.py):
+    # JUPYTER_PATH, since in a venv the venv's own kernel spec comes before JUPYTER_DATA_DIR's
+    env["JUPYTER_PATH"] = str(KERNELS.spec_folder(tmp / "kernels"))
     # build matplotlib's font cache now, so no kernel prints "building the font cache" to stderr
     subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], env=env, check=True)
     port, token = _free_port(), secrets.token_hex(16)
