@@ -14,16 +14,18 @@ Last, ``--no-report`` and ``--force``.
 
 from __future__ import annotations
 
+import base64
 import html.parser
 import json
 import sys
+import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from posenc_lesson.grader import cli
+from posenc_lesson.grader import class_report, cli
 from posenc_lesson.grader.errors import printable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +174,48 @@ def test_the_page_is_accessible_by_construction(graded):
     for img in page.images:
         assert img["src"].startswith("data:image/svg+xml;base64,") and len(img["alt"]) > 40, img["alt"]
     assert '<th scope="col">' in graded["text"] and "<caption>" in graded["text"]
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svg(uri: str) -> ET.Element:
+    assert uri.startswith("data:image/svg+xml;base64,"), uri[:60]
+    return ET.fromstring(base64.b64decode(uri.split(",", 1)[1]))
+
+
+def test_a_bar_chart_draws_one_bar_per_score_as_tall_as_its_count():
+    stats = class_report.TaskStats("06_apply_rope_interleaved", "Apply RoPE", "06_rope", 2, 0,
+                                   scores=[0, 1, 2, 2, 2, 0.5, 0, 2, 2, 2, 2, 2, 2])
+    uri, alt = class_report.plot(stats)
+    svg = _svg(uri)
+    bars = [r for r in svg.iter(f"{SVG}rect") if r.get("class") == "bar"]
+    assert [(b.get("data-score"), int(b.get("data-count"))) for b in bars] == [
+        ("0", 2), ("0.5", 1), ("1", 1), ("2", 9)]
+    assert [float(b.get("x")) for b in bars] == sorted(float(b.get("x")) for b in bars)  # left to right
+    per_notebook = [float(b.get("height")) / int(b.get("data-count")) for b in bars]
+    assert max(per_notebook) - min(per_notebook) < 0.2, per_notebook  # heights proportional to counts
+    bottoms = {round(float(b.get("y")) + float(b.get("height")), 1) for b in bars}
+    assert len(bottoms) == 1  # every bar stands on the x axis
+    fills = [b.get("fill") for b in bars]
+    assert fills == [class_report.COLOURS[k] for k in ("zero", "partial", "partial", "full")]
+    texts = [t.text or "" for t in svg.iter(f"{SVG}text")]
+    assert "notebooks" in texts and any(t.startswith("points (out of 2)") for t in texts)
+    assert "06_apply_rope_interleaved: scores of 13 notebook(s)" in texts
+    assert {"0", "0.5", "1", "2", "9"} <= set(texts)  # the scores under the bars, the counts above
+    assert alt.endswith("2 scored 0, 1 scored 0.5, 1 scored 1, 9 scored 2.")
+
+
+def test_every_chart_on_the_page_counts_what_its_table_counts(graded):
+    page = graded["page"]
+    for img, (task, section) in zip(page.images, page.sections.items(), strict=True):
+        bars = [r for r in _svg(img["src"]).iter(f"{SVG}rect") if r.get("class") == "bar"]
+        d = page.data["tasks"][task]
+        counts = {float(b.get("data-score")): int(b.get("data-count")) for b in bars}
+        top = max(counts)
+        assert {"zero": counts[0.0], "full": counts[top],
+                "partial": sum(n for v, n in counts.items() if 0 < v < top)} == section["shares"], task
+        assert sum(counts.values()) == d["graded"], task
 
 
 def test_everything_from_a_submission_is_escaped(graded):

@@ -17,7 +17,9 @@ posenc-grade: grades.csv and the class report show both learners with the points
 
 Nothing listens beyond 127.0.0.1, and the browser is refused any other host. Every process the
 test starts (the hub, its proxy, the single-user servers and their kernels) is found by its pid
-from the hub's process tree and stopped by that pid at the end.
+and stopped by that pid at the end: from the hub's process tree, and the kernels from the test
+worker's kernel zygote, which forks them (tests/conftest.py: KERNELS; as JupyterLab's in
+test_browser), the hub's tree holding each kernel's proxy.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -119,6 +122,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _command(pid: int) -> str:
+    try:
+        return f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
+    except OSError:
+        return f"{pid}: (gone)"
+
+
 HUB_CONFIG = """\
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"
@@ -184,6 +194,9 @@ def hub(tmp_path_factory):
     env_singleuser = {"POSENC_FAST": "1", "MPLCONFIGDIR": str(mpl), "JUPYTER_PLATFORM_DIRS": "1"}
     if (ROOT / "jupyter-config").is_dir():  # as `make lab` serves it: no news, nbgrader menus hidden
         env_singleuser["JUPYTER_CONFIG_PATH"] = str(ROOT / "jupyter-config")
+    # the learners' kernels are forked from this worker's kernel zygote (tests/conftest.py: KERNELS), as
+    # JupyterLab's in test_browser: on JUPYTER_PATH, which a venv's own kernel spec does not shadow
+    env_singleuser["JUPYTER_PATH"] = str(KERNELS.spec_folder(tmp / "kernels"))
     subprocess.run([sys.executable, "-c", "import matplotlib.pyplot"], check=True, timeout=120,
                    env={**os.environ, "MPLCONFIGDIR": str(mpl)})
     port, hub_port, api_port = _free_ports(3)
@@ -217,7 +230,9 @@ def hub(tmp_path_factory):
         yield Hub(url, tmp, proc, course.as_uri(), password)
         print("hub log, last lines:\n" + "\n".join((tmp / "hub.log").read_text().splitlines()[-15:]))
     finally:
-        started.update(_tree(proc.pid))  # the proxy, the servers, their kernels: by pid
+        started.update(_tree(proc.pid))  # the proxy, the servers, their kernels' proxies: by pid
+        if KERNELS.proc is not None:  # the kernels themselves: the zygote's children (none other runs now)
+            started.update(p for p in _tree(KERNELS.proc.pid) if p != KERNELS.proc.pid)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the hub stops its servers and its proxy itself
             try:
@@ -233,8 +248,10 @@ def hub(tmp_path_factory):
         if proc.poll() is None:
             proc.wait(timeout=10)
         log.close()
-        left = [pid for pid in started if _alive(pid)]
-        assert not left, f"processes the test started are still running: {left}"
+        deadline = time.monotonic() + 10  # SIGKILL is delivered, and a zombie reaped, in a moment
+        while (left := [pid for pid in started if _alive(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"processes the test started are still running: {[_command(p) for p in left]}"
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 r"""The class report: ``DIR/report.html``, what a class got wrong, at a glance.
 
 ``posenc-grade`` writes it next to grades.csv (``--no-report`` skips it). One self-contained
-page, made to be opened from disk: no JavaScript, no request, the plots inline (matplotlib SVG as
-``data:`` images, with alt text), the styles in the page. For every task, worst first:
+page, made to be opened from disk: no JavaScript, no request, the plots inline (SVG as ``data:``
+images, with alt text), the styles in the page. For every task, worst first:
 
     worst          the lowest mean fraction of the task's points over the class's graded
                    notebooks, mean_s(score_s / max_points); ties: more zeros first, then course order
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import re
 from collections import Counter
@@ -116,32 +115,58 @@ def _kind(score: float, max_points: int) -> str:
     return "zero" if score <= 0 else "full" if score >= max_points else "partial"
 
 
-def plot(s: TaskStats) -> tuple[str, str]:
-    """(data: URI of an SVG bar chart of the task's scores, its alt text)."""
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+def _y_step(top: int) -> int:
+    """The y axis's tick step: the smallest of 1, 2, 5, 10, 20, 50, ... giving at most 6 ticks."""
+    step = 1
+    while top / step > 5:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return step
 
+
+def plot(s: TaskStats) -> tuple[str, str]:
+    """(data: URI of an SVG bar chart of the task's scores, its alt text).
+
+    Drawn as SVG text, no plotting library (a class with a hundred tasks gets its report in a
+    blink): a bar per score, coloured red/amber/green for zero/partial/full, its count above it,
+    integer ticks on the y axis, both axes labelled, the task in the title.
+    """
     counts = Counter(round(v, 2) for v in s.scores)
     values = sorted(set(counts) | {0.0, float(s.max_points)})
     heights = [counts.get(v, 0) for v in values]
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "posenc-grade", "font.size": 9}):
-        fig = Figure(figsize=(4.6, 2.5))
-        ax = fig.add_subplot()
-        ax.bar(range(len(values)), heights, color=[COLOURS[_kind(v, s.max_points)] for v in values],
-               edgecolor="#222222", linewidth=0.6)
-        ax.set_xticks(range(len(values)), [format_number(v) for v in values])
-        for i, h in enumerate(heights):
-            ax.annotate(str(h), (i, h), ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(0, max(heights) * 1.2 + 0.5)
-        ax.set_xlabel(f"points (out of {s.max_points}); red: zero, amber: partial, green: full")
-        ax.set_ylabel("notebooks")
-        ax.set_title(f"{s.id}: scores of {s.graded} notebook(s)")
-        ax.spines[["top", "right"]].set_visible(False)
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    uri = "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue().encode()).decode()
+    width, height, left, right, top, bottom = 460, 250, 46, 12, 30, 52
+    plot_w, plot_h = width - left - right, height - top - bottom
+    step = _y_step(max(heights))
+    y_max = max(step * -(-max(heights) // step), 1) * 1.15  # room for the counts above the bars
+
+    def y(count: float) -> float:  # pixel row of a count: 0 on the x axis
+        return top + plot_h * (1 - count / y_max)
+
+    slot = plot_w / len(values)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11" '
+             'fill="#222222">',
+             f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+             f'<text x="{left + plot_w / 2:.1f}" y="16" text-anchor="middle" font-size="12">'
+             f"{html.escape(s.id)}: scores of {s.graded} notebook(s)</text>"]
+    for tick in range(0, int(y_max) + 1, step):
+        row = y(tick)
+        parts.append(f'<line x1="{left - 4}" x2="{left}" y1="{row:.1f}" y2="{row:.1f}" stroke="#222222"/>'
+                     f'<text x="{left - 7}" y="{row + 4:.1f}" text-anchor="end">{tick}</text>')
+    for i, (value, count) in enumerate(zip(values, heights, strict=True)):
+        x0, mid = left + slot * (i + 0.1), left + slot * (i + 0.5)
+        parts.append(f'<rect class="bar" data-score="{format_number(value)}" data-count="{count}" '
+                     f'x="{x0:.1f}" y="{y(count):.1f}" width="{slot * 0.8:.1f}" '
+                     f'height="{y(0) - y(count):.1f}" fill="{COLOURS[_kind(value, s.max_points)]}" '
+                     'stroke="#222222" stroke-width="0.6"/>'
+                     f'<text x="{mid:.1f}" y="{y(count) - 4:.1f}" text-anchor="middle">{count}</text>'
+                     f'<text x="{mid:.1f}" y="{y(0) + 15:.1f}" text-anchor="middle">'
+                     f"{format_number(value)}</text>")
+    parts += [f'<path d="M{left},{top} V{y(0):.1f} H{left + plot_w}" fill="none" stroke="#222222"/>',
+              f'<text x="{left + plot_w / 2:.1f}" y="{height - 10}" text-anchor="middle">points (out of '
+              f"{s.max_points}); red: zero, amber: partial, green: full</text>",
+              f'<text transform="translate(13 {top + plot_h / 2:.1f}) rotate(-90)" '
+              'text-anchor="middle">notebooks</text>', "</svg>"]
+    uri = "data:image/svg+xml;base64," + base64.b64encode("".join(parts).encode()).decode()
     said = ", ".join(f"{h} scored {format_number(v)}" for v, h in zip(values, heights, strict=True) if h)
     alt = (f"Bar chart of the scores on {s.id} ({s.title}), out of {s.max_points} points, over "
            f"{s.graded} notebook(s): {said}.")
