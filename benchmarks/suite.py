@@ -41,6 +41,9 @@ def bench_suite(args, log) -> dict:
     said = reversed(done.stdout.splitlines())
     summary = next((line for line in said if " in " in line and "passed" in line), f"exit {done.returncode}")
     log(f"make test: {wall:.0f} s wall, {cpu:.0f} s CPU, {summary.strip('= ')}")
+    warned = done.stdout.partition("warnings summary")[2].partition("-- Docs:")[0]
+    if warned.strip():  # e.g. test_viz's or the kernel zygote's account of a long wait
+        log(f"make test's warnings:{warned.rstrip()}")
     return {"date": date, "load_start": load, "load_end": os.getloadavg(), "wall_s": wall, "cpu_s": cpu,
             "returncode": done.returncode, "summary": summary.strip("= "), "files": files}
 

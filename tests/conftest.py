@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -169,12 +171,17 @@ class _KernelZygote:
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                                  text=True, start_new_session=True)  # with this process
                 assert self.proc.stdout is not None
+                start = time.monotonic()
                 ready = select.select([self.proc.stdout], [], [], 120)[0]
-                if ready and self.proc.stdout.readline().strip() == "ready":
+                said = self.proc.stdout.readline().strip() if ready else ""
+                if said == "ready":
                     self.socket = path
-                else:
+                else:  # kernels start cold from now on; say why, with the zygote's log (issue 35)
+                    log = Path(self.folder, "log").read_text(errors="replace")[-6000:]
                     self.stop()
                     self.failed = True
+                    warnings.warn(f"the kernel zygote said {said!r} after {time.monotonic() - start:.0f} s; "
+                                  f"this worker's kernels start cold. Its log:\n{log}", stacklevel=1)
             return self.proc is not None
 
     def stop(self) -> None:

@@ -29,6 +29,7 @@ listens, and exits when its stdin closes.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import importlib
 import json
 import os
@@ -93,6 +94,9 @@ def _become_kernel(request: dict, fds: list[int], keep_out: list) -> None:
 
 
 def serve(path: str) -> None:
+    # If the imports take longer than a minute, every thread's stack goes to stderr (the zygote's log,
+    # which the worker shows in a warning when it gives up waiting for "ready")
+    faulthandler.dump_traceback_later(60, file=sys.stderr)
     for name in PRELOAD:
         importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,6 +108,7 @@ def serve(path: str) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     kernels: dict[socket.socket, int] = {}  # the proxy's connection -> its kernel's pid
+    faulthandler.cancel_dump_traceback_later()
     print("ready", flush=True)
     while True:
         ready = select.select([listener, wake_r, sys.stdin, *kernels], [], [])[0]
